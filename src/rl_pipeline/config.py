@@ -1,0 +1,141 @@
+"""Typed parameter groups, validated in one place.
+
+Each group is a pydantic model whose fields carry their default and help text, so the
+model is its own reference (in the manner of TRL's ``GRPOConfig``). Nodes receive the raw
+``params:<group>`` dict from Kedro and call :func:`parse_params`, which reports every
+problem at once, naming the parameter, the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(ValueError):
+    """One or more parameters are invalid. The message lists each of them."""
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class DataParams(_Params):
+    """The spec's ``data_*`` parameters: one value shared by data_prep and the trainers."""
+
+    data_max_prompt_length: int = Field(
+        1024, gt=0,
+        description="Maximum prompt length in tokens: the chat-templated prompt with the "
+        "generation prompt added, tokenized by the base model's tokenizer (as verl counts it).",
+    )
+    data_max_response_length: int = Field(
+        2048, gt=0, description="Maximum response length in tokens (generation cap)."
+    )
+    data_filter_overlong_prompts: bool = Field(
+        True,
+        description="Drop prompts longer than data_max_prompt_length. When false, "
+        "data_truncation decides what happens to them.",
+    )
+    data_truncation: Literal["error", "left", "right", "middle"] = Field(
+        "error",
+        description="For overlong prompts that are not filtered: 'error' fails naming the rows; "
+        "'left', 'right' or 'middle' cut tokens from that part of the question until the "
+        "templated prompt fits.",
+    )
+    data_image_key: str = Field(
+        "images", description="Column holding a record's images (multimodal data)."
+    )
+
+
+class DataPrepParams(_Params):
+    """How raw records become verl prompts (the ``data_prep`` group)."""
+
+    dataset_prompt_column: str = Field(
+        "problem", description="Column holding the prompt text (GRPO spec name)."
+    )
+    prompt_template: str | None = Field(
+        None,
+        description="Python format string over several fields, e.g. '{Body} {Question}'. "
+        "Overrides dataset_prompt_column when set.",
+    )
+    answer_column: str = Field("answer", description="Column holding the reference answer.")
+    answer_extraction: Literal["gsm8k", "whole", "regex"] = Field(
+        "whole",
+        description="How the ground truth is taken from the answer column: 'gsm8k' = the "
+        "number after '####' with commas removed; 'whole' = the whole field, stripped; "
+        "'regex' = group 1 of answer_regex.",
+    )
+    answer_regex: str | None = Field(
+        None, description="Pattern for answer_extraction='regex'; group 1 is the ground truth."
+    )
+    system_prompt: str | None = Field(None, description="Optional system message.")
+    instruction: str = Field(
+        "", description="Appended to the question, after one space (e.g. verl's GSM8K "
+        "'Let's think step by step and output the final answer after \"####\".')."
+    )
+    data_source: str = Field(
+        "openai/gsm8k", description="verl's data_source: selects the reward function."
+    )
+    ability: str = Field("math", description="verl's ability field (informational).")
+    drop_duplicates: bool = Field(True, description="Drop exact duplicate prompts within a split.")
+    drop_train_val_overlap: bool = Field(
+        True, description="Drop from train the prompts that also appear in val."
+    )
+    val_fraction: float = Field(
+        0.1, gt=0, lt=1,
+        description="Fraction of train split off as validation when there is no raw_val.",
+    )
+    seed: int = Field(42, description="Seed for the validation split and the length sample.")
+    on_bad_record: Literal["error", "skip"] = Field(
+        "error",
+        description="A malformed or undecodable line, or a record missing a field: 'error' "
+        "fails naming file and line; 'skip' drops it and counts it in the report.",
+    )
+    length_sample_size: int = Field(
+        10_000, ge=10_000,
+        description="Prompt-length percentiles come from a uniform sample of this many rows "
+        "per split (every row when the split is smaller).",
+    )
+
+
+P = TypeVar("P", bound=_Params)
+
+
+def parse_params(model: type[P], values: dict[str, Any] | None, group: str) -> P:
+    """Validate one parameter group, reporting every problem at once.
+
+    Args:
+        model: The parameter model to build.
+        values: The group's raw values, as Kedro passes ``params:<group>``.
+        group: The group's name, used to name parameters in the error (``data.data_truncation``).
+
+    Returns:
+        The validated parameters.
+
+    Raises:
+        ConfigError: Listing each invalid, unknown or mistyped parameter.
+    """
+    try:
+        return model.model_validate(values or {})
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, model, group)) from None
+
+
+def _describe(exc: ValidationError, model: type[_Params], group: str) -> str:
+    lines = [f"{exc.error_count()} invalid parameter(s) in '{group}':"]
+    for err in exc.errors():
+        name = ".".join([group, *(str(p) for p in err["loc"])])
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(model.model_fields))
+            lines.append(f"  - {name}: unknown parameter (known: {allowed})")
+            continue
+        lines.append(f"  - {name}={err.get('input')!r}: {err['msg']}")
+    return "\n".join(lines)
+
+
+# Parameter groups by their key in conf/*/parameters*.yml.
+PARAMETER_GROUPS: dict[str, type[_Params]] = {
+    "data": DataParams,
+    "data_prep": DataPrepParams,
+}

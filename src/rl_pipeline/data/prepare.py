@@ -1,0 +1,178 @@
+"""The data_prep steps as plain functions: records to clean splits, then lengths to fit."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from transformers import PreTrainedTokenizerBase
+
+from rl_pipeline.config import DataParams, DataPrepParams
+from rl_pipeline.data import hygiene
+from rl_pipeline.data.lengths import scan_lengths, truncate_question
+from rl_pipeline.data.prompts import DataError, chat_messages, extract_work_frame
+from rl_pipeline.data.records import BadRecord, RawRecords
+from rl_pipeline.data.report import length_stats
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "val")
+# Every reason a row can be dropped for; the report lists each, zero or not, so runs compare.
+DROP_REASONS = ("bad_record", "empty_prompt", "no_ground_truth", "duplicate_prompt",
+                "train_val_overlap", "overlong_prompt")
+_LISTED = 10  # rows named in an error message before "and N more"
+
+
+@dataclass
+class Hygiene:
+    """What happened to the rows of both splits before the length filter."""
+
+    rows_in: dict[str, int]
+    dropped: dict[str, Counter]
+    bad_records: list[str]
+    train_val_overlap: int
+    val_source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows_in": self.rows_in,
+                "dropped": {s: dict(c) for s, c in self.dropped.items()},
+                "bad_records": self.bad_records, "train_val_overlap": self.train_val_overlap,
+                "val_source": self.val_source}
+
+
+@dataclass
+class FittedSplit:
+    """One split after the length filter or truncation."""
+
+    work: pd.DataFrame
+    stats: dict[str, Any]
+    dropped: Counter = field(default_factory=Counter)
+    truncated: int = 0
+    sample_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: DataPrepParams,
+                 image_key: str) -> tuple[pd.DataFrame, pd.DataFrame, Hygiene]:
+    """Map records to work frames, drop bad rows, split off validation, deduplicate.
+
+    Raises:
+        DataError: On a bad record with ``on_bad_record: error`` (naming file and line), a
+            missing column, an empty input, or no rows left.
+    """
+    dropped = {s: Counter() for s in SPLITS}
+    skipped: list[BadRecord] = []
+    frames: dict[str, pd.DataFrame] = {}
+    rows_in = {"train": 0, "val": 0}
+    for split, raw in (("train", raw_train), ("val", raw_val)):
+        if raw is None:
+            continue
+        rows_in[split] = len(raw.records) + len(raw.bad)
+        work, reasons, bad = extract_work_frame(raw, params, image_key)
+        bad = raw.bad + bad
+        if bad and params.on_bad_record == "error":
+            raise DataError(_list_problems(
+                f"{len(bad)} bad record(s) in {raw.source}", [b.describe() for b in bad],
+                "Fix them, or set data_prep.on_bad_record=skip to drop and count them."))
+        dropped[split].update(reasons)
+        if bad:
+            dropped[split]["bad_record"] += len(bad)
+            skipped.extend(bad)
+        if params.drop_duplicates:
+            work, n = hygiene.drop_duplicate_questions(work)
+            if n:
+                dropped[split]["duplicate_prompt"] += n
+        if work.empty:
+            raise _nothing_left(split, dropped[split], rows_in[split])
+        frames[split] = work
+
+    if raw_val is None:
+        frames["train"], frames["val"] = hygiene.split_validation(
+            frames["train"], params.val_fraction, params.seed)
+        val_source = f"split from train (val_fraction={params.val_fraction}, seed={params.seed})"
+    else:
+        val_source = raw_val.source
+
+    overlap = hygiene.train_val_overlap(frames["train"], frames["val"])
+    n_overlap = int(overlap.sum())
+    if n_overlap and params.drop_train_val_overlap:
+        frames["train"] = frames["train"][~overlap].reset_index(drop=True)
+        dropped["train"]["train_val_overlap"] += n_overlap
+    if frames["train"].empty:
+        raise _nothing_left("train", dropped["train"], rows_in["train"])
+    return frames["train"], frames["val"], Hygiene(
+        rows_in=rows_in, dropped=dropped, bad_records=[b.describe() for b in skipped],
+        train_val_overlap=n_overlap, val_source=val_source)
+
+
+def fit_split(work: pd.DataFrame, split: str, tokenizer: PreTrainedTokenizerBase,
+              params: DataPrepParams, data: DataParams) -> FittedSplit:
+    """Measure prompt lengths; drop, truncate or refuse the prompts over the limit.
+
+    Raises:
+        DataError: With ``data_truncation: error`` and filtering off, naming each overlong
+            row and its length; or when truncation cannot make a prompt fit.
+    """
+    limit = data.data_max_prompt_length
+    conversations = [chat_messages(q, params) for q in work["question"]]
+    scan = scan_lengths(tokenizer, conversations, limit, params.length_sample_size,
+                        params.seed, desc=split)
+    over = scan.over_limit(limit)
+    fitted = FittedSplit(work=work, stats={**length_stats(scan.lengths, scan.sample),
+                                           "method": scan.method},
+                         sample_lengths=scan.lengths[scan.sample])
+    if over.size == 0:
+        return fitted
+    if data.data_filter_overlong_prompts:
+        fitted.work = work.drop(index=work.index[over]).reset_index(drop=True)
+        fitted.dropped["overlong_prompt"] = int(over.size)
+        logger.info("%s: dropped %d prompt(s) longer than %d tokens", split, over.size, limit)
+        return fitted
+    if data.data_truncation == "error":
+        raise DataError(_list_problems(
+            f"{over.size} {split} prompt(s) longer than data_max_prompt_length={limit} tokens",
+            [f"{work.at[i, 'origin']} {work.at[i, 'line']} ({scan.lengths[i]} tokens)"
+             for i in over],
+            "Set data.data_filter_overlong_prompts=true to drop them, data.data_truncation to "
+            "left, right or middle to shorten them, or raise data.data_max_prompt_length."))
+    fitted.work = _truncate(work, over, split, tokenizer, params, data)
+    fitted.truncated = int(over.size)
+    return fitted
+
+
+def _truncate(work: pd.DataFrame, rows: np.ndarray, split: str,
+              tokenizer: PreTrainedTokenizerBase, params: DataPrepParams,
+              data: DataParams) -> pd.DataFrame:
+    work = work.copy()
+    work["original_question"] = work["question"]
+    failed = []
+    for i in rows:
+        cut = truncate_question(tokenizer, work.at[i, "question"],
+                                lambda q: chat_messages(q, params),
+                                data.data_max_prompt_length, data.data_truncation)
+        if cut is None:
+            failed.append(f"{work.at[i, 'origin']} {work.at[i, 'line']}")
+        else:
+            work.at[i, "question"] = cut[0]
+    if failed:
+        raise DataError(_list_problems(
+            f"{len(failed)} {split} prompt(s) cannot be truncated to "
+            f"data_max_prompt_length={data.data_max_prompt_length} tokens: the system prompt, "
+            "instruction and chat template alone are longer", failed,
+            "Raise data.data_max_prompt_length or shorten system_prompt / instruction."))
+    logger.info("%s: truncated %d prompt(s) (%s)", split, rows.size, data.data_truncation)
+    return work
+
+
+def _nothing_left(split: str, dropped: Counter, rows_in: int) -> DataError:
+    return DataError(f"no {split} rows left after cleaning ({rows_in} in); dropped: "
+                     f"{dict(dropped) or 'none'}")
+
+
+def _list_problems(headline: str, items: list[str], advice: str) -> str:
+    listed = "\n".join(f"  - {item}" for item in items[:_LISTED])
+    more = f"\n  ... and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return f"{headline}:\n{listed}{more}\n{advice}"

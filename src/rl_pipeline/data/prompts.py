@@ -1,0 +1,162 @@
+"""From raw records to prompts in verl's RLHFDataset schema.
+
+A split moves through data_prep as a *work frame*: one row per record with the
+question text (before the instruction is appended), the original answer, the extracted
+ground truth, the source line and, for multimodal data, the images. Only the last step
+turns it into verl's columns, so truncation can shorten the question alone and leave the
+system prompt and the instruction intact.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from rl_pipeline.config import DataPrepParams
+from rl_pipeline.data.records import BadRecord, RawRecords
+
+# verl's examples/data_preprocess/gsm8k.py: the number after "#### ", commas removed.
+_GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
+
+WORK_COLUMNS = ["question", "answer", "ground_truth", "origin", "line"]
+
+
+class DataError(ValueError):
+    """The input data cannot be turned into prompts; the message says where and why."""
+
+
+def prompt_fields(params: DataPrepParams) -> list[str]:
+    """The record fields the prompt is built from."""
+    if params.prompt_template is None:
+        return [params.dataset_prompt_column]
+    return [name for _, name, _, _ in string.Formatter().parse(params.prompt_template) if name]
+
+
+def question_text(record: dict[str, Any], params: DataPrepParams) -> str:
+    """The question of one record: the prompt column, or the template filled from the record."""
+    if params.prompt_template is None:
+        return _as_text(record[params.dataset_prompt_column])
+    return params.prompt_template.format_map({k: _as_text(v) for k, v in record.items()})
+
+
+def extract_ground_truth(answer: Any, params: DataPrepParams) -> str | None:
+    """The ground truth taken from an answer field, or None when there is none to take."""
+    text = _as_text(answer)
+    if params.answer_extraction == "gsm8k":
+        match = _GSM8K_ANSWER.search(text)
+        return match.group(1).replace(",", "") if match else None
+    if params.answer_extraction == "regex":
+        match = re.search(params.answer_regex or "", text)
+        return match.group(1).strip() if match and match.group(1) else None
+    return text.strip() or None
+
+
+def user_content(question: str, params: DataPrepParams) -> str:
+    """The user message: the question, then the instruction after one space."""
+    return f"{question} {params.instruction}" if params.instruction else question
+
+
+def chat_messages(question: str, params: DataPrepParams) -> list[dict[str, str]]:
+    """The chat messages of one prompt."""
+    messages = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
+    messages.append({"role": "user", "content": user_content(question, params)})
+    return messages
+
+
+def extract_work_frame(
+    raw: RawRecords, params: DataPrepParams, image_key: str
+) -> tuple[pd.DataFrame, Counter, list[BadRecord]]:
+    """Map raw records to a work frame by the configured columns.
+
+    Args:
+        raw: The records of one input.
+        params: The data_prep parameters (columns, template, answer extraction).
+        image_key: The column that holds images in multimodal data.
+
+    Returns:
+        The work frame, the count of dropped rows by reason, and the records that lack a
+        field the prompt or answer needs (bad records, handled by ``on_bad_record``).
+
+    Raises:
+        DataError: If the input has no records, or a needed column is in none of them.
+    """
+    if not raw.records and not raw.bad:
+        raise DataError(f"{raw.source}: the input is empty (no records)")
+    needed = [*prompt_fields(params), params.answer_column]
+    _check_columns(raw, needed, params)
+    has_images = any(image_key in r for r in raw.records)
+
+    rows: list[dict[str, Any]] = []
+    dropped: Counter = Counter()
+    bad: list[BadRecord] = []
+    for record, line in zip(raw.records, raw.lines, strict=True):
+        missing = [c for c in needed if c not in record]
+        if missing:
+            bad.append(BadRecord(raw.source, line, f"missing field(s) {', '.join(missing)}; "
+                                 f"fields found: {', '.join(sorted(record))}", raw.unit))
+            continue
+        question = question_text(record, params).strip()
+        if not question:
+            dropped["empty_prompt"] += 1
+            continue
+        truth = extract_ground_truth(record[params.answer_column], params)
+        if truth is None:
+            dropped["no_ground_truth"] += 1
+            continue
+        row = {"question": question, "answer": _as_text(record[params.answer_column]),
+               "ground_truth": truth, "origin": raw.origin, "line": line}
+        if has_images:
+            row[image_key] = record.get(image_key)
+        rows.append(row)
+    columns = WORK_COLUMNS + ([image_key] if has_images else [])
+    return pd.DataFrame(rows, columns=columns), dropped, bad
+
+
+def to_verl_frame(work: pd.DataFrame, params: DataPrepParams, split: str,
+                  image_key: str) -> pd.DataFrame:
+    """Turn a work frame into verl's RLHFDataset schema.
+
+    Columns: ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model``
+    (``{style: rule, ground_truth}``), ``extra_info`` (``split``, ``index``, ``question``,
+    ``answer``), and the image column when the data has images.
+    """
+    # Truncation keeps the question as written in ``original_question``.
+    originals = work["original_question"] if "original_question" in work else work["question"]
+    frame = pd.DataFrame({
+        "data_source": params.data_source,
+        "prompt": [chat_messages(q, params) for q in work["question"]],
+        "ability": params.ability,
+        "reward_model": [{"style": "rule", "ground_truth": t} for t in work["ground_truth"]],
+        "extra_info": [
+            {"split": split, "index": i, "question": q, "answer": a}
+            for i, (q, a) in enumerate(zip(originals, work["answer"], strict=True))
+        ],
+    })
+    if image_key in work:
+        frame[image_key] = list(work[image_key])
+    return frame
+
+
+def _check_columns(raw: RawRecords, needed: list[str], params: DataPrepParams) -> None:
+    if not raw.records:
+        return
+    seen: set[str] = set()
+    for record in raw.records:
+        seen.update(record)
+    absent = [c for c in needed if c not in seen]
+    if absent:
+        hint = ("dataset_prompt_column / prompt_template" if params.prompt_template is None
+                else "prompt_template")
+        raise DataError(
+            f"{raw.source}: column(s) {', '.join(repr(c) for c in absent)} not found in any "
+            f"record; columns found: {', '.join(sorted(seen))}. Set the data_prep parameters "
+            f"({hint}, answer_column) to this dataset's columns."
+        )
+
+
+def _as_text(value: Any) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)

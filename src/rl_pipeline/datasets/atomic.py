@@ -1,0 +1,66 @@
+"""kedro-datasets file datasets whose saves are atomic on the local filesystem.
+
+The stock datasets open the final path and write into it, so a run killed mid-write
+leaves a truncated file that the next run loads (for versioned datasets: as the latest
+version). These subclasses let the parent write a hidden sibling file and rename it into
+place, which is atomic on POSIX. A killed save leaves only the hidden ``.partial`` file,
+which no load or version lookup matches. Remote filesystems keep the parent behaviour:
+object stores publish an object only when its upload completes.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kedro_datasets.json import JSONDataset as _JSONDataset
+from kedro_datasets.matplotlib import MatplotlibDataset as _MatplotlibDataset
+from kedro_datasets.pandas import ParquetDataset as _ParquetDataset
+
+
+class AtomicSaveMixin:
+    """Stage the parent's write in a hidden sibling file, then rename it into place."""
+
+    _staging: PurePosixPath | None = None
+
+    def save(self, data: Any) -> None:
+        if getattr(self, "_protocol", "file") != "file":
+            return _unwrapped_parent_save(type(self))(self, data)
+        final = PurePosixPath(super()._get_save_path())  # type: ignore[misc]
+        staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.partial")
+        Path(final).parent.mkdir(parents=True, exist_ok=True)
+        self._staging = staging
+        try:
+            _unwrapped_parent_save(type(self))(self, data)
+            os.replace(staging, final)
+        finally:
+            self._staging = None
+            Path(staging).unlink(missing_ok=True)
+
+    def _get_save_path(self) -> PurePosixPath:
+        if self._staging is not None:
+            return self._staging
+        return super()._get_save_path()  # type: ignore[misc]
+
+
+def _unwrapped_parent_save(cls: type) -> Any:
+    # Kedro wraps every dataset's save with versioning and error handling. Our own save is
+    # wrapped too, so call the parent's inner function to run that wrapper once, after the
+    # rename, when the saved version is really there.
+    mro = cls.__mro__
+    parent = next(c for c in mro[mro.index(AtomicSaveMixin) + 1:] if "save" in c.__dict__)
+    return getattr(parent.save, "__wrapped__", parent.save)
+
+
+class ParquetDataset(AtomicSaveMixin, _ParquetDataset):
+    """``pandas.ParquetDataset`` with atomic local saves."""
+
+
+class JSONDataset(AtomicSaveMixin, _JSONDataset):
+    """``json.JSONDataset`` with atomic local saves."""
+
+
+class MatplotlibDataset(AtomicSaveMixin, _MatplotlibDataset):
+    """``matplotlib.MatplotlibDataset`` with atomic local saves (single figures)."""

@@ -1,0 +1,20 @@
+"""Project pipelines: one per stage, run alone (`kedro run --pipeline data_prep`) or together."""
+
+from __future__ import annotations
+
+from kedro.framework.project import find_pipelines
+from kedro.pipeline import Pipeline
+
+# The order of the stages in a full run; `__default__` chains them.
+STAGES = ("data_prep",)
+
+
+def register_pipelines() -> dict[str, Pipeline]:
+    """Register the project's pipelines.
+
+    Returns:
+        A mapping from pipeline names to ``Pipeline`` objects.
+    """
+    pipelines = find_pipelines(raise_errors=True)
+    pipelines["__default__"] = sum((pipelines[s] for s in STAGES), Pipeline([]))
+    return pipelines

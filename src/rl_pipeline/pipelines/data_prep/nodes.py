@@ -1,0 +1,119 @@
+"""Nodes of the data_prep pipeline. Each validates its parameter groups, then calls the
+Kedro-free functions in ``rl_pipeline.data``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from rl_pipeline.config import DataParams, DataPrepParams, parse_params
+from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_split
+from rl_pipeline.data.prompts import to_verl_frame
+from rl_pipeline.data.records import RawRecords
+from rl_pipeline.data.report import flatten_metrics, length_histogram
+from rl_pipeline.models.tokenizer import load_tokenizer
+
+logger = logging.getLogger(__name__)
+_LISTED_BAD = 20
+
+
+def clean_prompt_splits(
+    raw_train: RawRecords, raw_val: RawRecords | None, data_prep: dict[str, Any],
+    data: dict[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Map raw records to questions and ground truths; drop bad, empty and duplicate rows.
+
+    Args:
+        raw_train: Training records.
+        raw_val: Validation records, or None to split validation off train.
+        data_prep: The ``data_prep`` parameter group.
+        data: The shared ``data`` parameter group (image column).
+
+    Returns:
+        The train and validation work frames and the hygiene counts.
+    """
+    params = parse_params(DataPrepParams, data_prep, "data_prep")
+    shared = parse_params(DataParams, data, "data")
+    train, val, hygiene = clean_splits(raw_train, raw_val, params, shared.data_image_key)
+    return train, val, hygiene.as_dict()
+
+
+def fit_prompt_lengths(
+    train_work: pd.DataFrame, val_work: pd.DataFrame, base_model: str,
+    data_prep: dict[str, Any], data: dict[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Filter or truncate overlong prompts with the base model's tokenizer; emit verl's schema.
+
+    Args:
+        train_work: Train work frame.
+        val_work: Validation work frame.
+        base_model: Path of the base model (folder or GGUF) whose tokenizer counts tokens.
+        data_prep: The ``data_prep`` parameter group.
+        data: The shared ``data`` parameter group (length limit, filter, truncation).
+
+    Returns:
+        ``train_prompts``, ``val_prompts`` in verl's RLHFDataset schema, and a length summary.
+    """
+    params = parse_params(DataPrepParams, data_prep, "data_prep")
+    shared = parse_params(DataParams, data, "data")
+    tokenizer = load_tokenizer(base_model)
+    outputs, summary = [], {"tokenizer": base_model}
+    for split, work in zip(SPLITS, (train_work, val_work), strict=True):
+        fitted = fit_split(work, split, tokenizer, params, shared)
+        outputs.append(to_verl_frame(fitted.work, params, split, shared.data_image_key))
+        summary[split] = {"stats": fitted.stats, "dropped": dict(fitted.dropped),
+                          "truncated": fitted.truncated, "rows_out": len(outputs[-1]),
+                          "sample_lengths": fitted.sample_lengths.tolist()}
+    return outputs[0], outputs[1], summary
+
+
+def report_data_prep(
+    hygiene: dict[str, Any], lengths: dict[str, Any], data: dict[str, Any],
+    data_prep: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, dict[str, float]], Figure]:
+    """Assemble the data_prep report, its numbers as MLflow metrics, and a length histogram.
+
+    Returns:
+        The report (JSON), the metrics (``{name: {value, step}}``) and the histogram figure.
+    """
+    shared = parse_params(DataParams, data, "data")
+    params = parse_params(DataPrepParams, data_prep, "data_prep")
+    dropped_by_split = {
+        s: {r: hygiene["dropped"][s].get(r, 0) + lengths[s]["dropped"].get(r, 0)
+            for r in DROP_REASONS} for s in SPLITS}
+    rows_out = {s: lengths[s]["rows_out"] for s in SPLITS}
+    report = {
+        "rows_in": {**hygiene["rows_in"], "total": sum(hygiene["rows_in"].values())},
+        "rows_out": {**rows_out, "total": sum(rows_out.values())},
+        "dropped": {r: sum(dropped_by_split[s][r] for s in SPLITS) for r in DROP_REASONS},
+        "dropped_by_split": dropped_by_split,
+        "truncated": {s: lengths[s]["truncated"] for s in SPLITS},
+        "train_val_overlap": hygiene["train_val_overlap"],
+        "prompt_tokens": {s: lengths[s]["stats"] for s in SPLITS},
+        "prompt_tokens_note": (
+            "Tokens of the chat-templated prompt with the generation prompt, as verl counts "
+            f"them. Percentiles over a uniform sample of {params.length_sample_size} rows "
+            "where a split has more (sampled: true), else over every row; max over every "
+            "exactly counted row."),
+        "data_max_prompt_length": shared.data_max_prompt_length,
+        "data_filter_overlong_prompts": shared.data_filter_overlong_prompts,
+        "data_truncation": shared.data_truncation,
+        "val_source": hygiene["val_source"],
+        "tokenizer": lengths["tokenizer"],
+        "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
+    }
+    metrics = {name: {"value": value, "step": 0}
+               for name, value in flatten_metrics(
+                   {k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
+                                           "train_val_overlap", "prompt_tokens")}).items()}
+    figure = length_histogram(
+        {s: np.asarray(lengths[s]["sample_lengths"], dtype=np.int64) for s in SPLITS},
+        shared.data_max_prompt_length)
+    logger.info("data_prep: %d train and %d val prompts (dropped: %s)",
+                rows_out["train"], rows_out["val"],
+                {r: n for r, n in report["dropped"].items() if n} or "none")
+    return report, metrics, figure

@@ -1,0 +1,50 @@
+"""Small real artifacts for tests and benchmarks, built offline in seconds.
+
+No model hub is reachable where tests run, so tests train their own tokenizer with
+``tokenizers`` instead of downloading one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int, folder: str | Path | None = None,
+                        chat_template: str | None = CHATML_TEMPLATE) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer (GPT-2/Qwen style) with a ChatML chat template.
+
+    Args:
+        texts: Training text.
+        vocab_size: Target vocabulary size, special tokens included.
+        folder: If given, save the tokenizer there (``AutoTokenizer`` can load it).
+        chat_template: Jinja chat template; None for a tokenizer without one.
+
+    Returns:
+        The fast tokenizer.
+    """
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", bos_token=None)
+    if chat_template:
+        fast.chat_template = chat_template
+    if folder is not None:
+        fast.save_pretrained(str(folder))
+    return fast

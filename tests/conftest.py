@@ -1,0 +1,68 @@
+"""Shared fixtures: a tiny real tokenizer, GSM8K-shaped records, parameter groups."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+GSM8K_TRAIN = PROJECT_ROOT / "data/01_raw/gsm8k/train.jsonl"
+GSM8K_TEST = PROJECT_ROOT / "data/01_raw/gsm8k/test.jsonl"
+SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def read_gsm8k(path: Path = GSM8K_TRAIN, n: int | None = None) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()[:n] if n else f.readlines()
+    return [json.loads(line) for line in lines]
+
+
+def write_jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE tokenizer (vocab 400) with a ChatML template, saved as a model folder.
+
+    The small vocabulary makes GSM8K prompts a few hundred tokens long, so length limits
+    bite at realistic values.
+    """
+    from rl_pipeline.testing import build_bpe_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_tokenizer")
+    texts = [r["question"] + "\n" + r["answer"] for r in read_gsm8k(n=2000)]
+    build_bpe_tokenizer(texts, vocab_size=400, folder=folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir: Path):
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    return load_tokenizer(tokenizer_dir)
+
+
+@pytest.fixture
+def prep_params() -> dict[str, Any]:
+    """The GSM8K data_prep group, as conf/base/parameters_data_prep.yml gives it."""
+    import yaml
+
+    conf = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_data_prep.yml").read_text())
+    return dict(conf["data_prep"])
+
+
+@pytest.fixture
+def data_params() -> dict[str, Any]:
+    """The shared data group, as conf/base/parameters.yml gives it."""
+    import yaml
+
+    conf = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters.yml").read_text())
+    return dict(conf["data"])

@@ -1,0 +1,106 @@
+"""Column mapping, templates and ground-truth extraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_pipeline.config import DataPrepParams
+from rl_pipeline.data.prompts import (
+    DataError,
+    chat_messages,
+    extract_ground_truth,
+    extract_work_frame,
+    to_verl_frame,
+)
+from rl_pipeline.data.records import RawRecords
+
+
+def _raw(records: list[dict], source: str = "in.jsonl") -> RawRecords:
+    return RawRecords(source=source, records=records, lines=list(range(1, len(records) + 1)))
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ("Step one.\n#### 72", "72"),
+    ("so #### 1,234,567", "1234567"),
+    ("#### -3.5", "-3.5"),
+    ("no marker 42", None),
+])
+def test_gsm8k_ground_truth_is_the_number_after_hashes(answer: str, expected: str | None) -> None:
+    params = DataPrepParams(answer_extraction="gsm8k")
+    assert extract_ground_truth(answer, params) == expected
+
+
+def test_whole_and_regex_extraction() -> None:
+    assert extract_ground_truth("  B  ", DataPrepParams(answer_extraction="whole")) == "B"
+    params = DataPrepParams(answer_extraction="regex", answer_regex=r"\\boxed\{([^}]*)\}")
+    assert extract_ground_truth(r"so \boxed{17}", params) == "17"
+    assert extract_ground_truth("nothing", params) is None
+
+
+def test_template_over_several_fields_and_system_prompt() -> None:
+    params = DataPrepParams(prompt_template="{Body} {Question}", answer_column="Answer",
+                            system_prompt="Be brief.", instruction="Answer after ####.")
+    raw = _raw([{"Body": "Tom has 3 apples.", "Question": "How many?", "Answer": 3}])
+    work, dropped, bad = extract_work_frame(raw, params, "images")
+    assert not dropped and not bad
+    assert work.loc[0, "question"] == "Tom has 3 apples. How many?"
+    assert work.loc[0, "ground_truth"] == "3"
+    assert chat_messages(work.loc[0, "question"], params) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Tom has 3 apples. How many? Answer after ####."},
+    ]
+
+
+def test_missing_column_names_it_and_lists_the_columns_found() -> None:
+    params = DataPrepParams()  # spec default prompt column: "problem"
+    with pytest.raises(DataError) as err:
+        extract_work_frame(_raw([{"question": "q", "answer": "a"}], "gsm.jsonl"), params,
+                           "images")
+    message = str(err.value)
+    assert "gsm.jsonl" in message and "'problem'" in message
+    assert "columns found: answer, question" in message
+
+
+def test_field_missing_from_some_records_makes_them_bad_records() -> None:
+    params = DataPrepParams(dataset_prompt_column="question")
+    raw = _raw([{"question": "q1", "answer": "a"}, {"answer": "b"}])
+    work, _, bad = extract_work_frame(raw, params, "images")
+    assert len(work) == 1
+    assert len(bad) == 1 and bad[0].line == 2 and "missing field(s) question" in bad[0].reason
+
+
+def test_empty_prompt_and_missing_ground_truth_are_dropped_with_reasons() -> None:
+    params = DataPrepParams(dataset_prompt_column="question", answer_extraction="gsm8k")
+    raw = _raw([{"question": "  ", "answer": "#### 1"},
+                {"question": "ok", "answer": "no number"},
+                {"question": "fine", "answer": "#### 2"}])
+    work, dropped, _ = extract_work_frame(raw, params, "images")
+    assert list(work["question"]) == ["fine"]
+    assert dropped == {"empty_prompt": 1, "no_ground_truth": 1}
+
+
+def test_empty_input_says_so() -> None:
+    with pytest.raises(DataError, match="empty.jsonl: the input is empty"):
+        extract_work_frame(_raw([], "empty.jsonl"), DataPrepParams(), "images")
+
+
+def test_verl_schema_and_images_column() -> None:
+    params = DataPrepParams(dataset_prompt_column="q", answer_column="a",
+                            data_source="geo", ability="vision")
+    images = [{"bytes": b"\x89PNG", "path": None}]
+    raw = _raw([{"q": "<image>What angle?", "a": "30", "images": images}])
+    work, _, _ = extract_work_frame(raw, params, "images")
+    frame = to_verl_frame(work, params, "train", "images")
+    assert list(frame.columns) == ["data_source", "prompt", "ability", "reward_model",
+                                   "extra_info", "images"]
+    row = frame.iloc[0]
+    assert row["reward_model"] == {"style": "rule", "ground_truth": "30"}
+    assert row["extra_info"] == {"split": "train", "index": 0, "question": "<image>What angle?",
+                                 "answer": "30"}
+    assert row["images"] == images
+
+
+def test_text_only_data_has_no_image_column() -> None:
+    params = DataPrepParams(dataset_prompt_column="q", answer_column="a")
+    work, _, _ = extract_work_frame(_raw([{"q": "x", "a": "1"}]), params, "images")
+    assert "images" not in to_verl_frame(work, params, "val", "images").columns

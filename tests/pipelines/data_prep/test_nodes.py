@@ -1,0 +1,175 @@
+"""data_prep nodes called directly: hygiene, bad input, overlong prompts, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+
+from rl_pipeline.config import ConfigError
+from rl_pipeline.data.prompts import DataError
+from rl_pipeline.data.records import read_jsonl
+from rl_pipeline.pipelines.data_prep.nodes import (
+    clean_prompt_splits,
+    fit_prompt_lengths,
+    report_data_prep,
+)
+from tests.conftest import read_gsm8k, write_jsonl
+
+
+@pytest.fixture
+def gsm_files(tmp_path: Path) -> tuple[Path, Path]:
+    records = read_gsm8k(n=60)
+    return (write_jsonl(tmp_path / "train.jsonl", records[:50]),
+            write_jsonl(tmp_path / "val.jsonl", records[50:]))
+
+
+def _run_all(train: Path, val: Path | None, tokenizer_dir: Path, prep: dict, data: dict):
+    train_work, val_work, hygiene = clean_prompt_splits(
+        read_jsonl(train), read_jsonl(val) if val else None, prep, data)
+    train_p, val_p, lengths = fit_prompt_lengths(train_work, val_work, str(tokenizer_dir),
+                                                  prep, data)
+    report, metrics, figure = report_data_prep(hygiene, lengths, data, prep)
+    return train_p, val_p, report, metrics, figure
+
+
+def test_clean_run_keeps_every_row_with_gsm8k_ground_truths(gsm_files, tokenizer_dir,
+                                                            prep_params, data_params) -> None:
+    train_p, val_p, report, metrics, figure = _run_all(*gsm_files, tokenizer_dir,
+                                                       prep_params, data_params)
+    assert (len(train_p), len(val_p)) == (50, 10)
+    answers = [r["answer"] for r in read_gsm8k(n=50)]
+    assert [gt["ground_truth"] for gt in train_p["reward_model"]] == [
+        a.split("#### ")[-1].replace(",", "") for a in answers]
+    assert report["rows_in"] == {"train": 50, "val": 10, "total": 60}
+    assert set(report["dropped"].values()) == {0}
+    assert report["prompt_tokens"]["train"]["sampled"] is False
+    assert metrics["rows_out.train"] == {"value": 50.0, "step": 0}
+    assert metrics["prompt_tokens.val.p99"]["value"] > 0
+    assert isinstance(figure, Figure)
+
+
+def test_duplicates_and_overlap_are_dropped_and_counted(tmp_path, tokenizer_dir, prep_params,
+                                                        data_params) -> None:
+    records = read_gsm8k(n=20)
+    train = write_jsonl(tmp_path / "t.jsonl", records[:15] + records[:3] + records[16:18])
+    val = write_jsonl(tmp_path / "v.jsonl", records[15:18])
+    train_p, _, report, _, _ = _run_all(train, val, tokenizer_dir, prep_params, data_params)
+    assert report["dropped_by_split"]["train"]["duplicate_prompt"] == 3
+    assert report["train_val_overlap"] == 2  # records 16 and 17 are in both
+    assert report["dropped_by_split"]["train"]["train_val_overlap"] == 2
+    assert len(train_p) == 15
+
+    kept = _run_all(train, val, tokenizer_dir, {**prep_params, "drop_train_val_overlap": False},
+                    data_params)[0]
+    assert len(kept) == 17
+
+
+def test_no_validation_input_splits_a_seeded_fraction_off_train(gsm_files, tokenizer_dir,
+                                                                prep_params, data_params) -> None:
+    params = {**prep_params, "val_fraction": 0.2, "seed": 7}
+    first = _run_all(gsm_files[0], None, tokenizer_dir, params, data_params)
+    again = _run_all(gsm_files[0], None, tokenizer_dir, params, data_params)
+    assert (len(first[0]), len(first[1])) == (40, 10)
+    assert list(first[1]["extra_info"]) == list(again[1]["extra_info"])
+    assert first[2]["val_source"].startswith("split from train")
+    questions = {e["question"] for e in first[0]["extra_info"]}
+    assert questions.isdisjoint(e["question"] for e in first[1]["extra_info"])
+
+
+def test_malformed_line_fails_naming_file_and_line(tmp_path, prep_params, data_params) -> None:
+    path = tmp_path / "broken.jsonl"
+    lines = [line for line in (Path(__file__).parents[3] / "data/01_raw/gsm8k/train.jsonl")
+             .read_text().splitlines()[:5]]
+    lines[3] = lines[3][:-5]  # cut the closing of line 4
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as err:
+        clean_prompt_splits(read_jsonl(path), None, prep_params, data_params)
+    assert f"{path}, line 4: malformed JSON" in str(err.value)
+    assert "on_bad_record=skip" in str(err.value)
+
+
+def test_skip_drops_bad_lines_and_the_report_counts_them(tmp_path, tokenizer_dir, prep_params,
+                                                         data_params) -> None:
+    good = [f'{{"question": "q{i}?", "answer": "#### {i}"}}'.encode() for i in range(12)]
+    lines = good[:4] + [b"{not json", b'{"question": "caf\xe9", "answer": "#### 1"}',
+                        b'{"answer": "#### 5"}'] + good[4:]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    params = {**prep_params, "on_bad_record": "skip"}
+    train_p, val_p, report, metrics, _ = _run_all(path, None, tokenizer_dir, params,
+                                                  data_params)
+    assert len(train_p) + len(val_p) == 12
+    assert report["dropped"]["bad_record"] == 3
+    assert metrics["dropped.bad_record"]["value"] == 3.0
+    skipped = report["bad_records_skipped"]
+    assert [s.split(": ")[0].rsplit(" ", 1)[-1] for s in skipped] == ["5", "6", "7"]
+    assert "not UTF-8" in skipped[1] and "missing field(s) question" in skipped[2]
+
+
+def test_nothing_left_after_filtering_says_so(tmp_path, prep_params, data_params) -> None:
+    path = write_jsonl(tmp_path / "noanswers.jsonl",
+                       [{"question": f"q{i}", "answer": "no number"} for i in range(5)])
+    with pytest.raises(DataError, match="no train rows left after cleaning.*no_ground_truth"):
+        clean_prompt_splits(read_jsonl(path), None, prep_params, data_params)
+
+
+def test_overlong_prompts_are_dropped_and_counted(gsm_files, tokenizer_dir, tokenizer,
+                                                  prep_params, data_params) -> None:
+    limit = 150
+    data = {**data_params, "data_max_prompt_length": limit}
+    train_p, _, report, _, _ = _run_all(*gsm_files, tokenizer_dir, prep_params, data)
+    # Independent count: the chat template applied to each prompt, as verl does it.
+    from rl_pipeline.data.prompts import chat_messages
+    from rl_pipeline.config import DataPrepParams
+    params = DataPrepParams.model_validate(prep_params)
+    lengths = [len(tokenizer.apply_chat_template(chat_messages(r["question"], params),
+                                                 add_generation_prompt=True,
+                                                 tokenize=True)["input_ids"])
+               for r in read_gsm8k(n=50)]
+    expected = sum(n > limit for n in lengths)
+    assert 0 < expected < 50
+    assert report["dropped_by_split"]["train"]["overlong_prompt"] == expected
+    assert len(train_p) == 50 - expected
+
+
+def test_truncation_error_names_rows_and_lengths(gsm_files, tokenizer_dir, prep_params,
+                                                 data_params) -> None:
+    data = {**data_params, "data_max_prompt_length": 150,
+            "data_filter_overlong_prompts": False, "data_truncation": "error"}
+    with pytest.raises(DataError) as err:
+        _run_all(*gsm_files, tokenizer_dir, prep_params, data)
+    message = str(err.value)
+    assert "train prompt(s) longer than data_max_prompt_length=150 tokens" in message
+    assert f"{gsm_files[0]}, line " in message and " tokens)" in message
+
+
+@pytest.mark.parametrize("side", ["left", "right", "middle"])
+def test_truncation_keeps_every_row_within_the_limit(gsm_files, tokenizer_dir, tokenizer,
+                                                     prep_params, data_params, side) -> None:
+    data = {**data_params, "data_max_prompt_length": 150,
+            "data_filter_overlong_prompts": False, "data_truncation": side}
+    train_p, _, report, _, _ = _run_all(*gsm_files, tokenizer_dir, prep_params, data)
+    assert len(train_p) == 50 and report["truncated"]["train"] > 0
+    lengths = [len(tokenizer.apply_chat_template(list(p), add_generation_prompt=True,
+                                                 tokenize=True)["input_ids"])
+               for p in train_p["prompt"]]
+    assert max(lengths) <= 150
+    # The original question is kept for reference.
+    assert train_p["extra_info"].iloc[0]["question"] == read_gsm8k(n=1)[0]["question"]
+
+
+def test_invalid_parameters_are_named_with_value_and_allowed(gsm_files, prep_params,
+                                                             data_params) -> None:
+    bad_data = {**data_params, "data_truncation": "sideways", "data_max_prompt_length": 0}
+    with pytest.raises(ConfigError) as err:
+        clean_prompt_splits(read_jsonl(gsm_files[0]), None, prep_params, bad_data)
+    message = str(err.value)
+    assert "data.data_truncation='sideways'" in message
+    assert "'error', 'left', 'right' or 'middle'" in message
+    assert "data.data_max_prompt_length=0" in message and "greater than 0" in message
+
+    with pytest.raises(ConfigError, match="data_prep.promt_template: unknown parameter"):
+        clean_prompt_splits(read_jsonl(gsm_files[0]), None,
+                            {**prep_params, "promt_template": "{x}"}, data_params)
