@@ -14,7 +14,7 @@ ENV ?= local
 PIPELINE ?= __default__
 export KEDRO_DISABLE_TELEMETRY ?= true
 
-.PHONY: run test install model benchmarks lint clean-venv
+.PHONY: run test install model benchmarks lint ui clean-venv
 
 run: install model
 	$(BIN)/kedro run --pipeline $(PIPELINE) --env $(ENV) $(ARGS)
@@ -24,6 +24,10 @@ test: install model
 
 benchmarks: install
 	$(BIN)/python benchmarks/bench_data_prep.py
+
+# kedro-mlflow shells out to the `mlflow` executable, so it must be on PATH.
+ui: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/kedro mlflow ui
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts

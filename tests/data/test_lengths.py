@@ -13,8 +13,13 @@ from transformers import PreTrainedTokenizerFast
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from rl_pipeline.config import DataPrepParams
-from rl_pipeline.data.lengths import count_tokens, render_prompts, scan_lengths, \
-    token_upper_bound, truncate_question
+from rl_pipeline.data.lengths import (
+    count_tokens,
+    render_prompts,
+    scan_lengths,
+    token_upper_bound,
+    truncate_question,
+)
 from rl_pipeline.data.prompts import chat_messages
 from rl_pipeline.testing import CHATML_TEMPLATE
 from tests.conftest import read_gsm8k

@@ -40,7 +40,8 @@ def test_undecodable_bytes_are_recorded_with_file_line_and_column(tmp_path: Path
     raw = read_jsonl(path)
     assert len(raw.records) == 1
     message = raw.bad[0].describe()
-    assert "line 2" in message and "not UTF-8" in message and "column 11" in message  # 1-based byte column
+    # Byte columns are 1-based: the é byte is the 11th.
+    assert "line 2" in message and "not UTF-8" in message and "column 11" in message
 
 
 def test_a_json_value_that_is_not_an_object_is_bad(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError
-from rl_pipeline.data.prompts import DataError
+from rl_pipeline.config import ConfigError, DataPrepParams
+from rl_pipeline.data.prompts import DataError, chat_messages
 from rl_pipeline.data.records import read_jsonl
 from rl_pipeline.pipelines.data_prep.nodes import (
     clean_prompt_splits,
@@ -121,8 +121,6 @@ def test_overlong_prompts_are_dropped_and_counted(gsm_files, tokenizer_dir, toke
     data = {**data_params, "data_max_prompt_length": limit}
     train_p, _, report, _, _ = _run_all(*gsm_files, tokenizer_dir, prep_params, data)
     # Independent count: the chat template applied to each prompt, as verl does it.
-    from rl_pipeline.data.prompts import chat_messages
-    from rl_pipeline.config import DataPrepParams
     params = DataPrepParams.model_validate(prep_params)
     lengths = [len(tokenizer.apply_chat_template(chat_messages(r["question"], params),
                                                  add_generation_prompt=True,

@@ -1,0 +1,63 @@
+"""Atomic saves: a failed or killed save never leaves a loadable half-written version."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from kedro.io import DatasetError, Version
+
+from rl_pipeline.datasets.atomic import JSONDataset, ParquetDataset
+
+
+def _versioned(path: Path) -> ParquetDataset:
+    return ParquetDataset(filepath=str(path), version=Version(None, None))
+
+
+def test_failed_save_keeps_the_previous_version_loadable(tmp_path: Path) -> None:
+    target = tmp_path / "prompts.parquet"
+    _versioned(target).save(pd.DataFrame({"a": [1, 2]}))
+    time.sleep(0.01)  # versions are millisecond timestamps
+    with pytest.raises(DatasetError):
+        _versioned(target).save(pd.DataFrame({"a": [object()]}))  # pyarrow cannot write this
+    assert list(_versioned(target).load()["a"]) == [1, 2]
+    assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_killed_save_leaves_no_file_that_loads(tmp_path: Path) -> None:
+    """SIGKILL a process in the middle of a large save: the target never exists half-written."""
+    target = tmp_path / "big.parquet"
+    _versioned(target).save(pd.DataFrame({"a": [1]}))
+    script = (
+        "import sys, pandas as pd, numpy as np\n"
+        "from kedro.io import Version\n"
+        "from rl_pipeline.datasets.atomic import ParquetDataset\n"
+        "df = pd.DataFrame({'t': ['x' * 200] * 3_000_000, 'n': np.arange(3_000_000)})\n"
+        "print('ready', flush=True)\n"
+        f"ParquetDataset(filepath={str(target)!r}, version=Version(None, None)).save(df)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.time() + 60
+    while not list(tmp_path.rglob("*.partial")) and time.time() < deadline:
+        time.sleep(0.005)
+    assert list(tmp_path.rglob("*.partial")), "the save never started writing"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finals = list(target.glob("*/big.parquet"))
+    assert len(finals) == 1  # only the first, complete version
+    assert list(_versioned(target).load()["a"]) == [1]
+
+
+def test_json_save_replaces_the_file_whole(tmp_path: Path) -> None:
+    ds = JSONDataset(filepath=str(tmp_path / "report.json"))
+    ds.save({"rows": 1})
+    ds.save({"rows": 2})
+    assert ds.load() == {"rows": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]

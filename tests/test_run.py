@@ -1,0 +1,172 @@
+"""End to end: `kedro run --pipeline data_prep` in a scratch copy of the project.
+
+These run the real CLI with the default configuration, the real GSM8K files and the real
+default model's tokenizer (SmolLM2-135M-Instruct from its GGUF), and read the results the
+way verl and MLflow will.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, SMOLLM2_GGUF
+
+pytestmark = pytest.mark.slow
+
+
+def make_project(root: Path) -> Path:
+    """A copy of the project's configuration with the raw data and model linked in."""
+    project = root / "project"
+    project.mkdir()
+    shutil.copy(PROJECT_ROOT / "pyproject.toml", project)
+    shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
+                    ignore=shutil.ignore_patterns("local"))
+    (project / "conf/local").mkdir()
+    (project / "src").mkdir()  # the package itself is installed in the environment
+    (project / "data").mkdir()
+    (project / "data/01_raw").symlink_to(PROJECT_ROOT / "data/01_raw")
+    return project
+
+
+def kedro_run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kedro", "run", *args], cwd=project,
+                          capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "KEDRO_DISABLE_TELEMETRY": "true",
+                               "COLUMNS": "200"})
+
+
+def latest(project: Path, name: str) -> pd.DataFrame:
+    return pd.read_parquet(sorted(glob.glob(str(project / f"data/05_model_input/{name}"
+                                                f".parquet/*/{name}.parquet")))[-1])
+
+
+def mlflow_runs(project: Path) -> list:
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project}/mlflow.db")
+    experiment = client.get_experiment_by_name("rl_pipeline")
+    return client, client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    assert SMOLLM2_GGUF.exists(), "run `make model` to fetch SmolLM2-135M-Instruct"
+    return load_tokenizer(SMOLLM2_GGUF)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> Path:
+    project = make_project(tmp_path_factory.mktemp("default"))
+    result = kedro_run(project, "--pipeline", "data_prep")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return project
+
+
+def test_default_run_writes_all_gsm8k_prompts_that_verl_loads(default_run, smollm2_tokenizer,
+                                                              tmp_path) -> None:
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    train, val = latest(default_run, "train_prompts"), latest(default_run, "val_prompts")
+    assert (len(train), len(val)) == (7473, 1319)
+    for frame, source in ((train, GSM8K_TRAIN), (val, GSM8K_TEST)):
+        answers = [json.loads(line)["answer"] for line in source.read_text().splitlines()]
+        expected = [re.search(r"#### (\-?[0-9\.\,]+)", a).group(1).replace(",", "")
+                    for a in answers]
+        assert [rm["ground_truth"] for rm in frame["reward_model"]] == expected
+    path = sorted(glob.glob(str(default_run / "data/05_model_input/train_prompts.parquet/*/*")))
+    config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": True,
+                               "filter_overlong_prompts_workers": 1,
+                               "cache_dir": str(tmp_path / "verl_cache")})
+    dataset = RLHFDataset(data_files=[path[-1]], tokenizer=smollm2_tokenizer, config=config)
+    assert len(dataset) == 7473
+    item = dataset[0]
+    assert item["raw_prompt"][0]["content"].endswith('final answer after "####".')
+
+
+def test_default_run_is_tracked_in_mlflow(default_run) -> None:
+    client, runs = mlflow_runs(default_run)
+    (run,) = runs
+    assert run.info.run_name == "data_prep" and run.info.status == "FINISHED"
+    assert run.data.params["data.data_max_prompt_length"] == "1024"
+    assert run.data.params["data_prep.dataset_prompt_column"] == "question"
+    report = json.loads((default_run / "data/08_reporting/data_prep_report.json").read_text())
+    metrics = run.data.metrics
+    assert metrics["data_prep.rows_out.train"] == report["rows_out"]["train"] == 7473
+    assert metrics["data_prep.prompt_tokens.val.p90"] == report["prompt_tokens"]["val"]["p90"]
+    assert metrics["data_prep.dropped.overlong_prompt"] == 0
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "data_prep")}
+    assert artifacts == {"data_prep/data_prep_report.json",
+                         "data_prep/prompt_length_histogram.png"}
+
+
+def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_tokenizer) -> None:
+    from rl_pipeline.config import DataPrepParams
+    from rl_pipeline.data.prompts import chat_messages
+
+    project = make_project(tmp_path)
+    result = kedro_run(project, "--pipeline", "data_prep",
+                       "--params", "data.data_max_prompt_length=100")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((project / "data/08_reporting/data_prep_report.json").read_text())
+
+    params = DataPrepParams.model_validate(
+        OmegaConf.to_container(OmegaConf.load(project / "conf/base/parameters_data_prep.yml")
+                               )["data_prep"])
+    for split, source in (("train", GSM8K_TRAIN), ("val", GSM8K_TEST)):
+        questions = [json.loads(line)["question"] for line in source.read_text().splitlines()]
+        independent = sum(
+            len(smollm2_tokenizer.apply_chat_template(
+                chat_messages(q, params), add_generation_prompt=True, tokenize=True,
+            )["input_ids"]) > 100 for q in questions)
+        assert 0 < independent < len(questions)
+        assert report["dropped_by_split"][split]["overlong_prompt"] == independent
+        assert report["rows_out"][split] == len(questions) - independent
+    _, (run,) = mlflow_runs(project)
+    assert run.data.metrics["data_prep.dropped.overlong_prompt"] == report["dropped"][
+        "overlong_prompt"]
+
+
+def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
+                                                                       tokenizer_dir) -> None:
+    project = make_project(tmp_path)
+    model = f"base_model={tokenizer_dir}"
+    first = kedro_run(project, "--pipeline", "data_prep", "--params", model)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = sorted(glob.glob(str(project / "data/05_model_input/*/*/*.parquet")))
+    assert len(before) == 2
+
+    failed = kedro_run(project, "--pipeline", "data_prep", "--params",
+                       f"{model},data.data_max_prompt_length=150,"
+                       "data.data_filter_overlong_prompts=false,data.data_truncation=error")
+    assert failed.returncode != 0
+    output = failed.stdout + failed.stderr
+    assert "prompt(s) longer than data_max_prompt_length=150 tokens" in output
+    assert re.search(r"train\.jsonl, line \d+ \(\d+ tokens\)", output)
+    after = sorted(glob.glob(str(project / "data/05_model_input/*/*/*.parquet")))
+    assert after == before  # nothing new that a later load could pick up
+    assert len(latest(project, "train_prompts")) == 7473
+    _, runs = mlflow_runs(project)
+    assert [r.info.status for r in runs] == ["FINISHED", "FAILED"]
+
+
+def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
+    project = make_project(tmp_path)
+    result = kedro_run(project, "--pipeline", "data_prep", "--params",
+                       "data.data_truncation=sideways,data_prep.on_bad_record=ignore")
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "data.data_truncation='sideways'" in output
+    assert "data_prep.on_bad_record='ignore'" in output  # every problem, not just the first
+    assert "Running node" not in output
+    assert not list(project.glob("data/05_model_input/*"))
