@@ -14,12 +14,9 @@ Usage: ``make benchmarks`` or ``.venv/bin/python benchmarks/bench_data_prep.py [
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would drown the results
-
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time

@@ -64,7 +64,7 @@ def render_prompts(
     """Apply the chat template with the generation prompt to each conversation."""
     texts: list[str] = []
     for start in tqdm(range(0, len(conversations), _BATCH), desc=f"Templating {desc}".strip(),
-                      unit="batch", disable=len(conversations) < 4 * _BATCH):
+                      unit="batch", disable=_quiet(len(conversations))):
         batch = list(conversations[start:start + _BATCH])
         texts.extend(tokenizer.apply_chat_template(batch, tokenize=False,
                                                    add_generation_prompt=True))
@@ -78,7 +78,7 @@ def count_tokens(
     backend = tokenizer.backend_tokenizer
     counts = np.empty(len(texts), dtype=np.int64)
     for start in tqdm(range(0, len(texts), _BATCH), desc=f"Tokenizing {desc}".strip(),
-                      unit="batch", disable=len(texts) < 4 * _BATCH):
+                      unit="batch", disable=_quiet(len(texts))):
         encodings = backend.encode_batch(list(texts[start:start + _BATCH]),
                                          add_special_tokens=False)
         counts[start:start + len(encodings)] = [len(e.ids) for e in encodings]
@@ -220,6 +220,11 @@ def _len_as_verl(tokenizer: PreTrainedTokenizerBase, conversation: Conversation)
     out = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return len(ids)
+
+
+def _quiet(rows: int) -> bool | None:
+    # No bar for small inputs; otherwise tqdm's default: shown on a terminal, not in logs.
+    return True if rows < 4 * _BATCH else None
 
 
 def _has_type(node: Any, name: str) -> bool:
