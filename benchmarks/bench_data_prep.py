@@ -151,12 +151,12 @@ def main() -> None:
         write_section(text)
 
 
-def write_section(text: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md, keeping the others."""
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace one benchmark's section of docs/benchmarks.md, keeping the others."""
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks\n\n"
-    if SECTION in old:
-        start = old.index(SECTION)
-        end = old.find("\n## ", start + len(SECTION))
+    if section in old:
+        start = old.index(section)
+        end = old.find("\n## ", start + len(section))
         old = old[:start] + old[end + 1:] if end != -1 else old[:start]
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(old.rstrip("\n") + "\n\n" + text)

@@ -15,6 +15,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GSM8K_TRAIN = PROJECT_ROOT / "data/01_raw/gsm8k/train.jsonl"
 GSM8K_TEST = PROJECT_ROOT / "data/01_raw/gsm8k/test.jsonl"
 SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Resolved models are cached across test sessions (the GGUF conversion takes half a minute).
+RESOLVED_CACHE = PROJECT_ROOT / "data/06_models/resolved"
 
 
 def read_gsm8k(path: Path = GSM8K_TRAIN, n: int | None = None) -> list[dict[str, Any]]:
@@ -66,3 +68,20 @@ def data_params() -> dict[str, Any]:
 
     conf = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters.yml").read_text())
     return dict(conf["data"])
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    """A tiny random Qwen2 model with the tiny tokenizer, as a Hugging Face folder."""
+    from rl_pipeline.testing import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_model"), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct resolved from its GGUF into a Hugging Face folder (once)."""
+    from rl_pipeline.models.resolve import resolve_model
+
+    assert SMOLLM2_GGUF.exists(), "run `make model` to fetch SmolLM2-135M-Instruct"
+    return resolve_model(SMOLLM2_GGUF, RESOLVED_CACHE).path

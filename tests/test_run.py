@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, SMOLLM2_GGUF
+from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, RESOLVED_CACHE
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,10 @@ def make_project(root: Path) -> Path:
     shutil.copy(PROJECT_ROOT / "pyproject.toml", project)
     shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
                     ignore=shutil.ignore_patterns("local"))
+    # Share the resolved-model cache, so SmolLM2's GGUF is converted once for all tests.
+    catalog = project / "conf/base/catalog.yml"
+    catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
+                                                   f"resolved_dir: {RESOLVED_CACHE}"))
     (project / "conf/local").mkdir()
     (project / "src").mkdir()  # the package itself is installed in the environment
     (project / "data").mkdir()
@@ -51,18 +55,17 @@ def latest(project: Path, name: str) -> pd.DataFrame:
                                                 f".parquet/*/{name}.parquet")))[-1])
 
 
-def mlflow_runs(project: Path) -> list:
+def mlflow_runs(project: Path) -> tuple:
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project}/mlflow.db")
     experiment = client.get_experiment_by_name("rl_pipeline")
     return client, client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
 
 
 @pytest.fixture(scope="module")
-def smollm2_tokenizer():
+def smollm2_tokenizer(smollm2_dir):
     from rl_pipeline.models.tokenizer import load_tokenizer
 
-    assert SMOLLM2_GGUF.exists(), "run `make model` to fetch SmolLM2-135M-Instruct"
-    return load_tokenizer(SMOLLM2_GGUF)
+    return load_tokenizer(smollm2_dir)
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +141,9 @@ def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_to
 
 
 def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
-                                                                       tokenizer_dir) -> None:
+                                                                       tiny_model_dir) -> None:
     project = make_project(tmp_path)
-    model = f"base_model={tokenizer_dir}"
+    model = f"base_model={tiny_model_dir}"
     first = kedro_run(project, "--pipeline", "data_prep", "--params", model)
     assert first.returncode == 0, first.stderr[-3000:]
     before = sorted(glob.glob(str(project / "data/05_model_input/*/*/*.parquet")))
@@ -170,3 +173,30 @@ def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
     assert "data_prep.on_bad_record='ignore'" in output  # every problem, not just the first
     assert "Running node" not in output
     assert not list(project.glob("data/05_model_input/*"))
+
+
+def test_full_default_run_evaluates_smollm2_and_logs_it(tmp_path) -> None:
+    project = make_project(tmp_path)
+    result = kedro_run(project, "--params", "eval.max_prompts=4,eval.max_new_tokens=48")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
+    assert list(metrics) == ["base"]  # nothing trained yet
+    base = metrics["base"]
+    for key in ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1",
+                "flexible_pass_at_1", "mean_response_tokens", "truncation_rate",
+                "by_data_source", "reward_errors"):
+        assert key in base
+    assert base["prompts"] == 4 and 0 < base["mean_response_tokens"] <= 48
+    report = (project / "data/08_reporting/eval_report.md").read_text()
+    assert "| metric | base |" in report
+    generations = pd.read_parquet(sorted(glob.glob(str(
+        project / "data/07_model_output/eval_generations.parquet/*/*.parquet")))[-1])
+    assert len(generations) == 4 and generations["response"].str.len().gt(0).all()
+
+    client, (run,) = mlflow_runs(project)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["base/strict_accuracy"] == base["strict_accuracy"]
+    assert run.data.metrics["data_prep.rows_out.val"] == 1319
+    assert run.data.params["eval.max_prompts"] == "4"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
+    assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}

@@ -99,6 +99,57 @@ class DataPrepParams(_Params):
     )
 
 
+class CustomRewardFunction(_Params):
+    """verl's ``custom_reward_function`` keys."""
+
+    path: str | None = Field(
+        None, description="A Python file defining the reward function; null for a built-in.")
+    name: str = Field(
+        "compute_score",
+        description="The function's name. Built-ins: compute_score (by data_source: GSM8K "
+        "strict, MATH via math-verify, else verl's default), strict_gsm8k, flexible_gsm8k, "
+        "math_verify_score. Signature: (data_source, solution_str, ground_truth, "
+        "extra_info=None) -> float | dict with 'score'.",
+    )
+
+
+class RewardParams(_Params):
+    """The reward used by evaluation and both trainers (the ``reward`` group)."""
+
+    custom_reward_function: CustomRewardFunction = Field(
+        default_factory=CustomRewardFunction, description="The spec's custom_reward_function.")
+    strict: bool = Field(
+        False, description="Fail when the reward function raises; otherwise that sample "
+        "scores 0 and is counted in the metrics (reward_errors).")
+
+
+class EvalParams(_Params):
+    """Evaluation of the base and the trained model (the ``eval`` group)."""
+
+    backend: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="Generation back end: 'hf' (transformers generate, CPU or GPU), "
+        "'vllm' (offline engine, GPU), 'auto' (vllm when installed with CUDA, else hf).")
+    max_prompts: int | None = Field(
+        None, gt=0, description="Evaluate the first N validation prompts (null: all).")
+    n_samples: int = Field(
+        1, ge=1, description="Samples per prompt; pass@k is reported for k = 1..n_samples.")
+    greedy: bool = Field(False, description="Greedy decoding (one sample per prompt).")
+    rollout_val_temperature: float = Field(
+        0.7, ge=0, description="Sampling temperature for validation/evaluation (spec).")
+    rollout_val_top_p: float = Field(
+        0.7, gt=0, le=1, description="Top-p for validation/evaluation (spec).")
+    rollout_val_top_k: int = Field(
+        -1, ge=-1, description="Top-k for validation/evaluation; -1 disables it (spec).")
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="Cap on response tokens; null: data.data_max_response_length.")
+    batch_size: int = Field(32, ge=1, description="Prompts per generate call (hf back end).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Model dtype; auto: bfloat16 on GPU, float32 on CPU.")
+    vllm_gpu_memory_utilization: float = Field(
+        0.6, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm back end).")
+    seed: int = Field(42, description="Sampling seed.")
+
+
 P = TypeVar("P", bound=_Params)
 
 
@@ -127,7 +178,7 @@ def _describe(exc: ValidationError, model: type[_Params], group: str) -> str:
     for err in exc.errors():
         name = ".".join([group, *(str(p) for p in err["loc"])])
         if err["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(model.model_fields))
+            allowed = ", ".join(sorted(_nested_model(model, err["loc"][:-1]).model_fields))
             lines.append(f"  - {name}: unknown parameter (known: {allowed})")
             continue
         lines.append(f"  - {name}={err.get('input')!r}: {err['msg']}")
@@ -138,4 +189,15 @@ def _describe(exc: ValidationError, model: type[_Params], group: str) -> str:
 PARAMETER_GROUPS: dict[str, type[_Params]] = {
     "data": DataParams,
     "data_prep": DataPrepParams,
+    "reward": RewardParams,
+    "eval": EvalParams,
 }
+
+
+def _nested_model(model: type[_Params], loc: tuple) -> type[_Params]:
+    for part in loc:
+        annotation = model.model_fields[str(part)].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, _Params)):
+            break
+        model = annotation
+    return model

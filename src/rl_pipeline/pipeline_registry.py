@@ -6,7 +6,7 @@ from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
 # The order of the stages in a full run; `__default__` chains them.
-STAGES = ("data_prep",)
+STAGES = ("data_prep", "eval")
 
 
 def register_pipelines() -> dict[str, Pipeline]:
@@ -16,5 +16,8 @@ def register_pipelines() -> dict[str, Pipeline]:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
     pipelines = find_pipelines(raise_errors=True)
-    pipelines["__default__"] = sum((pipelines[s] for s in STAGES), Pipeline([]))
+    # `kedro run --pipeline X` makes Kedro import only the pipelines it needs, so a stage may
+    # be missing here; `__default__` is only built whole when every stage was found.
+    pipelines["__default__"] = sum((pipelines[s] for s in STAGES if s in pipelines),
+                                   Pipeline([]))
     return pipelines

@@ -48,3 +48,25 @@ def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int, folder: str | Pat
     if folder is not None:
         fast.save_pretrained(str(folder))
     return fast
+
+
+def build_tiny_causal_lm(folder: str | Path, tokenizer: PreTrainedTokenizerFast,
+                         seed: int = 0) -> Path:
+    """Save a randomly initialised two-layer Qwen2 model (about 100k parameters) with its
+    tokenizer as a Hugging Face model folder."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    folder = Path(folder)
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder

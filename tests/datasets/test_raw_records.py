@@ -71,7 +71,11 @@ def test_hf_images_stay_undecoded_bytes(tmp_path: Path) -> None:
 
 
 def test_unreachable_hub_id_names_it_and_what_to_do(monkeypatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    # Both libraries read their offline switch at import; set the live values.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
     with pytest.raises(DatasetError, match="'nobody/no-such-dataset'.*Offline, point"):
         RawRecordsDataset(dataset_name="nobody/no-such-dataset").load()

@@ -18,6 +18,7 @@ from typing import Any
 from kedro_datasets.json import JSONDataset as _JSONDataset
 from kedro_datasets.matplotlib import MatplotlibDataset as _MatplotlibDataset
 from kedro_datasets.pandas import ParquetDataset as _ParquetDataset
+from kedro_datasets.text import TextDataset as _TextDataset
 
 
 class AtomicSaveMixin:
@@ -64,3 +65,7 @@ class JSONDataset(AtomicSaveMixin, _JSONDataset):
 
 class MatplotlibDataset(AtomicSaveMixin, _MatplotlibDataset):
     """``matplotlib.MatplotlibDataset`` with atomic local saves (single figures)."""
+
+
+class TextDataset(AtomicSaveMixin, _TextDataset):
+    """``text.TextDataset`` with atomic local saves."""

@@ -1,38 +1,45 @@
-"""The base model as a catalog entry: a path handed to nodes, never weights in memory."""
+"""The base model as a catalog entry: resolved to a Hugging Face folder, loaded as its path."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from rl_pipeline.models.resolve import ModelResolutionError, resolve_model
+
 
 class ModelSourceDataset(AbstractDataset[None, str]):
-    """A model folder or GGUF file on disk; loads as its path.
+    """Any model input (HF folder, model-import layouts, MLflow folder, GGUF, hub id).
 
-    Nodes decide what to read (the tokenizer alone, or the weights), so loading the entry
-    costs nothing.
+    Loading resolves it into a normal Hugging Face folder under ``resolved_dir`` (links to
+    the original files, or a one-time GGUF conversion; cached) and returns that folder's
+    path. Nodes then read what they need: the tokenizer alone, or the weights.
+
+    Args:
+        source: The model input. Named ``source``, not ``path``, because Kedro would turn a
+            hub id such as ``Qwen/Qwen2.5-0.5B-Instruct`` into a local path.
+        resolved_dir: Where resolved folders are kept.
+        chat_template: A Jinja chat template (or a .jinja file) for models without one.
     """
 
-    def __init__(self, *, path: str, metadata: dict[str, Any] | None = None) -> None:
-        self._path = path
+    def __init__(self, *, source: str, resolved_dir: str = "data/06_models/resolved",
+                 chat_template: str | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        self._source = source
+        self._resolved_dir = resolved_dir
+        self._chat_template = chat_template
         self.metadata = metadata
 
     def load(self) -> str:
-        path = Path(self._path)
-        if not path.exists():
-            raise DatasetError(
-                f"base model not found: {path}. Expected a Hugging Face model folder or a "
-                ".gguf file; `make model` fetches the default SmolLM2-135M-Instruct GGUF."
-            )
-        return str(path)
+        try:
+            resolved = resolve_model(self._source, self._resolved_dir, self._chat_template)
+        except (ModelResolutionError, ValueError) as exc:
+            raise DatasetError(str(exc)) from exc
+        return str(resolved.path)
 
     def save(self, data: Any) -> None:
         raise DatasetError(f"{type(self).__name__} is read-only")
 
-    def _exists(self) -> bool:
-        return Path(self._path).exists()
-
     def _describe(self) -> dict[str, Any]:
-        return {"path": self._path}
+        return {"source": self._source, "resolved_dir": self._resolved_dir}

@@ -1,20 +1,18 @@
-"""Loading the base model's tokenizer from a Hugging Face folder or a GGUF file."""
+"""Loading the base model's tokenizer from a resolved Hugging Face model folder."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
-
-logger = logging.getLogger(__name__)
 
 
 def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
     """Load a fast tokenizer that carries a chat template.
 
     Args:
-        source: A Hugging Face model folder (with tokenizer files) or a ``.gguf`` file.
+        source: A Hugging Face model folder with tokenizer files (``base_model`` resolves any
+            model input to one).
 
     Returns:
         The tokenizer.
@@ -25,13 +23,8 @@ def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
     """
     path = Path(source)
     if not path.exists():
-        raise FileNotFoundError(f"base model not found: {path} (expected a Hugging Face model "
-                                "folder or a .gguf file)")
-    if path.is_file() and path.suffix == ".gguf":
-        logger.info("Loading the tokenizer from GGUF %s", path)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        raise FileNotFoundError(f"model folder not found: {path}")
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     if not tokenizer.is_fast:
         raise ValueError(f"{path}: the tokenizer {type(tokenizer).__name__} is not a fast "
                          "(Rust) tokenizer; data_prep needs one to count tokens in batches")

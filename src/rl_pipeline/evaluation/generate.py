@@ -1,0 +1,171 @@
+"""Generation back ends for evaluation: Hugging Face ``generate`` (CPU or GPU) and vLLM (GPU).
+
+Both take chat conversations and return one :class:`Generation` per (prompt, sample), with
+the response text, its token count and whether it hit the token cap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+logger = logging.getLogger(__name__)
+
+Conversation = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How to sample; ``greedy`` overrides the others (one sample, argmax)."""
+
+    max_new_tokens: int
+    n_samples: int = 1
+    greedy: bool = False
+    temperature: float = 0.7
+    top_p: float = 0.7
+    top_k: int = -1  # -1: no top-k (the spec's vLLM convention)
+    seed: int = 42
+    min_new_tokens: int = 0  # > 0 suppresses end-of-sequence until then (throughput tests)
+
+    @property
+    def samples(self) -> int:
+        return 1 if self.greedy else self.n_samples
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled response."""
+
+    prompt_index: int
+    sample_index: int
+    text: str
+    tokens: int
+    truncated: bool
+
+
+def pick_backend(requested: str) -> str:
+    """``auto`` means vLLM when it is installed and CUDA is available, else Hugging Face."""
+    if requested != "auto":
+        if requested == "vllm" and not _vllm_usable():
+            raise RuntimeError("eval.backend=vllm needs vLLM and a CUDA GPU; neither is "
+                               "available here. Use eval.backend=hf (or auto).")
+        return requested
+    return "vllm" if _vllm_usable() else "hf"
+
+
+def generate(model_path: str, conversations: Sequence[Conversation], settings: SamplingSettings,
+             backend: str = "auto", batch_size: int = 32, dtype: str = "auto",
+             vllm_gpu_memory_utilization: float = 0.6, label: str = "") -> list[Generation]:
+    """Generate ``settings.samples`` responses per conversation with the chosen back end."""
+    backend = pick_backend(backend)
+    logger.info("Generating %d x %d responses for %s with %s", len(conversations),
+                settings.samples, label or model_path, backend)
+    if backend == "vllm":
+        return generate_vllm(model_path, conversations, settings, dtype,
+                             vllm_gpu_memory_utilization)
+    return HFGenerator(model_path, dtype).generate(conversations, settings, batch_size, label)
+
+
+class HFGenerator:
+    """Batched ``generate`` with left padding.
+
+    Prompts are batched after sorting by length, so that little of each batch is padding.
+    For batches on a CPU the KV cache is static (preallocated): the default dynamic cache
+    re-copies the whole cache at every step, which then dominates decoding time (measured:
+    about 10% more tokens/s; see docs/benchmarks.md). A single sequence keeps the dynamic
+    cache, which is faster for it.
+    """
+
+    def __init__(self, model_path: str, dtype: str = "auto") -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=_torch_dtype(dtype, self.device)).to(self.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.eos_ids.add(self.tokenizer.eos_token_id)
+
+    def generate(self, conversations: Sequence[Conversation], settings: SamplingSettings,
+                 batch_size: int = 32, label: str = "") -> list[Generation]:
+        from transformers import GenerationConfig
+
+        texts = self.tokenizer.apply_chat_template(list(conversations), tokenize=False,
+                                                   add_generation_prompt=True)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        config = GenerationConfig(
+            max_new_tokens=settings.max_new_tokens,
+            min_new_tokens=settings.min_new_tokens or None,
+            do_sample=not settings.greedy,
+            temperature=None if settings.greedy else settings.temperature,
+            top_p=None if settings.greedy else settings.top_p,
+            top_k=None if settings.greedy or settings.top_k < 0 else settings.top_k,
+            num_return_sequences=settings.samples,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        torch.manual_seed(settings.seed)
+        out: list[Generation] = []
+        batches = range(0, len(order), batch_size)
+        for start in tqdm(batches, desc=f"Generating {label}".strip(), unit="batch",
+                          disable=len(batches) < 2 or None):
+            idx = order[start:start + batch_size]
+            encoded = self.tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
+                                     add_special_tokens=False).to(self.device)
+            rows = len(idx) * settings.samples
+            config.cache_implementation = "static" if self.device == "cpu" and rows > 1 else None
+            with torch.inference_mode():
+                sequences = self.model.generate(**encoded, generation_config=config)
+            new_tokens = sequences[:, encoded["input_ids"].shape[1]:].tolist()
+            for row, tokens in enumerate(new_tokens):
+                prompt, sample = idx[row // settings.samples], row % settings.samples
+                out.append(self._generation(prompt, sample, tokens, settings.max_new_tokens))
+        return sorted(out, key=lambda g: (g.prompt_index, g.sample_index))
+
+    def _generation(self, prompt: int, sample: int, tokens: list[int], cap: int) -> Generation:
+        end = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+        response = tokens if end is None else tokens[:end]
+        return Generation(prompt, sample,
+                          # BPE text needs no "clean-up"; it would delete spaces before dots.
+                          self.tokenizer.decode(response, skip_special_tokens=True,
+                                                clean_up_tokenization_spaces=False),
+                          tokens=len(response), truncated=end is None and len(tokens) >= cap)
+
+
+def generate_vllm(model_path: str, conversations: Sequence[Conversation],
+                  settings: SamplingSettings, dtype: str = "auto",
+                  gpu_memory_utilization: float = 0.6) -> list[Generation]:
+    """vLLM's offline engine (GPU). The chat template is applied by ``LLM.chat``."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path, dtype=dtype, seed=settings.seed,
+              gpu_memory_utilization=gpu_memory_utilization)
+    params = SamplingParams(
+        n=settings.samples, max_tokens=settings.max_new_tokens, seed=settings.seed,
+        temperature=0.0 if settings.greedy else settings.temperature,
+        top_p=1.0 if settings.greedy else settings.top_p,
+        top_k=-1 if settings.greedy else settings.top_k,
+    )
+    results = llm.chat(list(conversations), params, use_tqdm=True)
+    return [Generation(p, s, c.text, len(c.token_ids), c.finish_reason == "length")
+            for p, result in enumerate(results) for s, c in enumerate(result.outputs)]
+
+
+def _vllm_usable() -> bool:
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def _torch_dtype(name: str, device: str) -> torch.dtype:
+    if name == "auto":
+        # bfloat16 on GPUs; float32 on CPUs, where bfloat16 matmuls are slow without AMX.
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    return getattr(torch, name)

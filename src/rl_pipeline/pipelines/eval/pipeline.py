@@ -1,0 +1,34 @@
+from kedro.pipeline import Node, Pipeline
+
+from .nodes import evaluate_base, evaluate_trained, select_eval_prompts, summarize_eval
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline([
+        Node(
+            func=select_eval_prompts,
+            inputs=["val_prompts", "params:eval"],
+            outputs="eval_prompts",
+            name="select_eval_prompts_node",
+        ),
+        Node(
+            func=evaluate_base,
+            inputs=["eval_prompts", "base_model", "params:eval", "params:data", "params:reward"],
+            outputs="base_scored",
+            name="evaluate_base_node",
+        ),
+        Node(
+            func=evaluate_trained,
+            inputs=["eval_prompts", "merged_model", "params:eval", "params:data",
+                    "params:reward"],
+            outputs="trained_scored",
+            name="evaluate_trained_node",
+        ),
+        Node(
+            func=summarize_eval,
+            inputs=["base_scored", "trained_scored", "params:eval", "params:data"],
+            outputs=["eval_generations", "eval_metrics", "eval_metrics_mlflow", "eval_report",
+                     "eval_chart"],
+            name="summarize_eval_node",
+        ),
+    ])

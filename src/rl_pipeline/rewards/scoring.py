@@ -1,0 +1,150 @@
+"""Reward functions with verl's signature, the custom-function loader, and error containment."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score import gsm8k as verl_gsm8k
+
+logger = logging.getLogger(__name__)
+
+RewardFunction = Callable[..., "float | dict[str, Any]"]
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_CLIP = 300  # verl's GSM8K scorer also looks at the last 300 characters only
+
+GSM8K_SOURCES = {"openai/gsm8k", "gsm8k"}
+MATH_SOURCES = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
+                "math"}
+
+
+def strict_gsm8k(data_source: str, solution_str: str, ground_truth: str,
+                 extra_info: dict | None = None) -> float:
+    """1.0 when the last number after ``####`` equals the ground truth (verl's GSM8K score)."""
+    return float(verl_gsm8k.compute_score(solution_str, str(ground_truth), method="strict"))
+
+
+def flexible_gsm8k(data_source: str, solution_str: str, ground_truth: str,
+                   extra_info: dict | None = None) -> float:
+    """1.0 when the last number in the response equals the ground truth as a number.
+
+    Like verl's ``method="flexible"`` (last number, in the last 300 characters), except that
+    the number is compared by value, so "The answer is 72." and "$1,000" count: verl compares
+    the raw match ("72.") as a string and scores those 0.
+    """
+    numbers = _NUMBER.findall(solution_str[-_CLIP:])
+    return 1.0 if numbers and _same_number(numbers[-1], str(ground_truth)) else 0.0
+
+
+def math_verify_score(data_source: str, solution_str: str, ground_truth: str,
+                      extra_info: dict | None = None) -> float:
+    """1.0 when math-verify finds the response's answer (``\\boxed{}`` or an expression)
+    equivalent to the ground truth."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold = parse("\\boxed{" + str(ground_truth) + "}", (LatexExtractionConfig(),))
+    answer = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()))
+    return 1.0 if gold and answer and verify(gold, answer) else 0.0
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str,
+                  extra_info: dict | None = None) -> float | dict[str, Any]:
+    """The project's default reward, chosen by ``data_source``.
+
+    GSM8K: strict (answer after ``####``), as verl scores it. MATH-style sources: math-verify
+    on ``\\boxed{}``. Anything else: verl's ``default_compute_score``.
+    """
+    if data_source in GSM8K_SOURCES:
+        return strict_gsm8k(data_source, solution_str, ground_truth, extra_info)
+    if data_source in MATH_SOURCES:
+        return math_verify_score(data_source, solution_str, ground_truth, extra_info)
+    return default_compute_score(data_source, solution_str, ground_truth, extra_info)
+
+
+BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score)}
+
+
+def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
+    """The reward function the spec's ``custom_reward_function`` names.
+
+    Args:
+        path: A Python file defining the function, or None for a built-in one.
+        name: The function's name (built-ins: compute_score, strict_gsm8k, flexible_gsm8k,
+            math_verify_score).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file cannot be imported, or has no such function, or the function
+            does not take verl's reward arguments.
+    """
+    if not path:
+        if name not in BUILTIN:
+            raise ValueError(f"custom_reward_function.name={name!r} is not a built-in reward; "
+                             f"built-ins: {', '.join(BUILTIN)} (or give a file in .path)")
+        return BUILTIN[name]
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"custom_reward_function.path={path!r}: no such file")
+    spec = importlib.util.spec_from_file_location(f"custom_reward_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ValueError(f"custom_reward_function.path={path!r} failed to import: {exc!r}") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = [n for n, v in vars(module).items() if inspect.isfunction(v)
+                 and v.__module__ == module.__name__]
+        raise ValueError(f"custom_reward_function.name={name!r} is not a function in {path}; "
+                         f"functions found: {', '.join(found) or 'none'}")
+    _check_signature(fn, path, name)
+    return fn
+
+
+class SafeReward:
+    """Calls a reward function; a raise scores 0 and is counted, unless ``strict``.
+
+    A reward function is user code run on model output, which is arbitrary text: one odd
+    response must not end an hours-long run. ``errors`` counts the failures for the metrics.
+    """
+
+    def __init__(self, fn: RewardFunction, strict: bool = False) -> None:
+        self.fn = fn
+        self.strict = strict
+        self.errors = 0
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: str,
+                 extra_info: dict | None = None) -> float:
+        try:
+            result = self.fn(data_source, solution_str, ground_truth, extra_info)
+            return float(result["score"] if isinstance(result, dict) else result)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.errors += 1
+            if self.errors <= 3:
+                logger.warning("reward function %s raised %r; scoring 0 (reward.strict=true "
+                               "makes this fatal)", getattr(self.fn, "__name__", self.fn), exc)
+            return 0.0
+
+
+def _same_number(answer: str, truth: str) -> bool:
+    try:
+        return float(answer.replace(",", "")) == float(truth.replace(",", ""))
+    except ValueError:
+        return answer == truth
+
+
+def _check_signature(fn: Callable, path: str, name: str) -> None:
+    try:
+        inspect.signature(fn).bind("source", "solution", "truth", None)
+    except TypeError as exc:
+        raise ValueError(f"custom_reward_function {name} in {path} must accept (data_source, "
+                         f"solution_str, ground_truth, extra_info=None): {exc}") from None

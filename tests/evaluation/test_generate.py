@@ -1,0 +1,50 @@
+"""The Hugging Face back end on a tiny real model."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_pipeline.evaluation.generate import HFGenerator, SamplingSettings, pick_backend
+
+
+def _conversations(n: int) -> list[list[dict]]:
+    questions = ["What is 2 + 3?", "A farmer has 12 cows and buys 7 more. How many cows?",
+                 "Add 1.", "If Tom reads 15 pages a day for 4 days, how many pages does he read?"]
+    return [[{"role": "user", "content": questions[i % 4] * (1 + i % 3)}] for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_model_dir) -> HFGenerator:
+    return HFGenerator(str(tiny_model_dir))
+
+
+def test_batched_greedy_equals_one_prompt_at_a_time(generator) -> None:
+    settings = SamplingSettings(max_new_tokens=24, greedy=True)
+    batched = generator.generate(_conversations(6), settings, batch_size=6)
+    single = generator.generate(_conversations(6), settings, batch_size=1)
+    assert [g.text for g in batched] == [g.text for g in single]
+    assert [g.tokens for g in batched] == [g.tokens for g in single]
+    assert [(g.prompt_index, g.sample_index) for g in batched] == [(i, 0) for i in range(6)]
+
+
+def test_samples_per_prompt_and_truncation_flag(generator) -> None:
+    settings = SamplingSettings(max_new_tokens=8, n_samples=3, temperature=1.0, top_p=1.0,
+                                min_new_tokens=8)
+    out = generator.generate(_conversations(2), settings, batch_size=2)
+    assert [(g.prompt_index, g.sample_index) for g in out] == [(p, s) for p in range(2)
+                                                               for s in range(3)]
+    assert all(g.tokens == 8 and g.truncated for g in out)  # forced to the cap
+
+
+def test_sampling_is_seeded(generator) -> None:
+    settings = SamplingSettings(max_new_tokens=16, n_samples=2, temperature=1.0, top_p=1.0,
+                                seed=7)
+    first = [g.text for g in generator.generate(_conversations(3), settings)]
+    again = [g.text for g in generator.generate(_conversations(3), settings)]
+    assert first == again
+
+
+def test_vllm_is_refused_without_a_gpu() -> None:
+    assert pick_backend("auto") == "hf"  # CPU machines
+    with pytest.raises(RuntimeError, match="needs vLLM and a CUDA GPU"):
+        pick_backend("vllm")

@@ -1,0 +1,104 @@
+"""Reward functions: verl's GSM8K scoring, math-verify, custom functions, error containment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score import gsm8k as verl_gsm8k
+
+from rl_pipeline.rewards import (
+    SafeReward,
+    compute_score,
+    flexible_gsm8k,
+    load_reward_function,
+    math_verify_score,
+    strict_gsm8k,
+)
+
+# Responses of the kinds models give, with the ground truth 72.
+RESPONSES = [
+    "48/2 = 24 in May, 48 + 24 = 72 altogether.\n#### 72",
+    "So she sold 72 clips.\n#### 72.0",
+    "#### 1,072",
+    "She sold 70 clips. #### 70",
+    "The answer is 72",
+    "Natalia sold 72 clips in total. The answer is 72.",
+    "#### $72",
+    "I think #### 72 but wait, it is #### 71",
+    "",
+    "no numbers at all",
+    "x" * 500 + " 72",
+]
+
+
+@pytest.mark.parametrize("response", RESPONSES)
+def test_strict_matches_verls_default_compute_score(response: str) -> None:
+    expected = default_compute_score("openai/gsm8k", response, "72")
+    assert compute_score("openai/gsm8k", response, "72") == expected
+    assert strict_gsm8k("openai/gsm8k", response, "72") == expected
+
+
+@pytest.mark.parametrize("response", RESPONSES)
+def test_flexible_agrees_with_verl_where_verls_match_is_a_clean_number(response: str) -> None:
+    verl_answer = verl_gsm8k.extract_solution(response, method="flexible")
+    ours = flexible_gsm8k("openai/gsm8k", response, "72")
+    if verl_answer is not None and verl_answer.replace(",", "").lstrip("-").isdigit():
+        assert ours == verl_gsm8k.compute_score(response, "72", method="flexible")
+
+
+def test_flexible_compares_numbers_by_value() -> None:
+    # verl's flexible mode compares the raw match, so "72." scores 0 there; ours scores 1.
+    response = "Natalia sold 72 clips in total. The answer is 72."
+    assert verl_gsm8k.compute_score(response, "72", method="flexible") == 0
+    assert flexible_gsm8k("openai/gsm8k", response, "72") == 1.0
+    assert flexible_gsm8k("openai/gsm8k", "It costs $1,072 in all", "1072") == 1.0
+    assert flexible_gsm8k("openai/gsm8k", "It costs 1072 or 1073", "1072") == 0.0
+
+
+def test_math_verify_on_boxed_answers() -> None:
+    assert math_verify_score("math", r"so \boxed{\frac{1}{2}}", "0.5") == 1.0
+    assert math_verify_score("math", r"so \boxed{3}", "4") == 0.0
+    assert compute_score("HuggingFaceH4/MATH-500", r"\boxed{2\sqrt{2}}", r"\sqrt{8}") == 1.0
+
+
+def test_custom_reward_function_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "my_reward.py"
+    path.write_text(
+        "def length_bonus(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return {'score': min(len(solution_str), 10) / 10, 'len': len(solution_str)}\n"
+        "def helper(x):\n    return x\n")
+    fn = load_reward_function(str(path), "length_bonus")
+    assert fn("s", "abcde", "x")["score"] == 0.5
+    assert SafeReward(fn)("s", "abcde", "x") == 0.5  # a dict's "score" is the reward
+
+
+def test_custom_reward_function_errors_name_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_reward_function(str(tmp_path / "nope.py"), "f")
+    path = tmp_path / "r.py"
+    path.write_text("def one(a):\n    return 1\ndef two(a, b, c, d=None):\n    return 1\n")
+    with pytest.raises(ValueError, match="'missing' is not a function.*functions found: one, two"):
+        load_reward_function(str(path), "missing")
+    with pytest.raises(ValueError, match="must accept \\(data_source, solution_str"):
+        load_reward_function(str(path), "one")
+    with pytest.raises(ValueError, match="not a built-in reward"):
+        load_reward_function(None, "mystery")
+    broken = tmp_path / "broken.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    with pytest.raises(ValueError, match="failed to import"):
+        load_reward_function(str(broken), "f")
+
+
+def test_a_raising_reward_scores_zero_and_is_counted_unless_strict() -> None:
+    def picky(data_source, solution_str, ground_truth, extra_info=None):
+        if "boom" in solution_str:
+            raise ZeroDivisionError("boom")
+        return 1.0
+
+    safe = SafeReward(picky)
+    assert [safe("s", t, "1") for t in ("ok", "boom", "ok", "boom")] == [1.0, 0.0, 1.0, 0.0]
+    assert safe.errors == 2
+    with pytest.raises(ZeroDivisionError):
+        SafeReward(picky, strict=True)("s", "boom", "1")
