@@ -150,6 +150,23 @@ class EvalParams(_Params):
     seed: int = Field(42, description="Sampling seed.")
 
 
+class MergeParams(_Params):
+    """Merging the LoRA adapter into the base model (the ``merge`` group)."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Dtype of the merged weights; auto: the base model's. The merge "
+        "itself computes in float32.")
+    scratch_dir: str | None = Field(
+        None, description="Where the merged folder is built before the catalog moves it into "
+        "place; on the same filesystem as data/ the move is a rename. null: system temp.")
+    verify_probes: list[str] | None = Field(
+        None, description="Prompts whose logits prove merged == base + adapter (null: three "
+        "built-in probes).")
+    registered_model_name: str | None = Field(
+        None, description="Also log the merged model to MLflow (transformers flavour) and "
+        "register it under this name. Off (null) by default: multi-GB uploads are slow.")
+
+
 P = TypeVar("P", bound=_Params)
 
 
@@ -191,6 +208,7 @@ PARAMETER_GROUPS: dict[str, type[_Params]] = {
     "data_prep": DataPrepParams,
     "reward": RewardParams,
     "eval": EvalParams,
+    "merge": MergeParams,
 }
 
 

@@ -70,3 +70,32 @@ def build_tiny_causal_lm(folder: str | Path, tokenizer: PreTrainedTokenizerFast,
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+def train_tiny_lora(model_dir: str | Path, out_dir: str | Path, rank: int = 8, alpha: int = 16,
+                    steps: int = 5, target_modules: str | list[str] = "all-linear",
+                    seed: int = 0) -> Path:
+    """Train a LoRA adapter for a few steps (next-token loss on random tokens) and save it.
+
+    The steps move ``lora_B`` away from its zero initialisation, so merging it changes the
+    model measurably.
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha,
+                                                  target_modules=target_modules,
+                                                  task_type="CAUSAL_LM"))
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad],
+                                  lr=5e-2)
+    ids = torch.randint(0, model.config.vocab_size, (4, 24))
+    for _ in range(steps):
+        loss = peft_model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    peft_model.save_pretrained(str(out_dir))
+    return Path(out_dir)

@@ -1,0 +1,78 @@
+"""Proof that a merged model equals its base plus adapter: logits on probe prompts.
+
+The merged model and peft's ``PeftModel`` (base + adapter, unmerged) run the same probe
+prompts; the largest absolute logit difference must be within a tolerance that depends on
+the dtype, ``atol + rtol * max|logit|``:
+
+* float32: atol 1e-4, rtol 1e-5. Only the order of float32 operations differs.
+* bfloat16: atol 0, rtol 4e-2. The merged weights are rounded once to 8 mantissa bits,
+  while peft rounds the base and the LoRA branch separately.
+* float16: atol 0, rtol 1e-2. As bfloat16, with 11 mantissa bits.
+
+The models are loaded one after the other, so verification needs the memory of one model.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 4e-2),
+              torch.float16: (0.0, 1e-2)}
+DEFAULT_PROBES = (
+    "Natalia sold clips to 48 of her friends in April. How many clips did she sell?",
+    "Write a haiku about gradient descent.",
+    "2 + 2 =",
+)
+
+
+def verify_merge(base_dir: str | Path, adapter_dir: str | Path, merged_dir: str | Path,
+                 probes: tuple[str, ...] = DEFAULT_PROBES,
+                 dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Compare the merged model's logits with base + adapter through peft.
+
+    Returns:
+        ``max_abs_diff``, ``tolerance``, ``passed``, ``max_abs_logit``, ``dtype``, ``probes``.
+    """
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(merged_dir))
+    inputs = [_encode(tokenizer, text) for text in probes]
+
+    merged = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=dtype).eval()
+    merged_logits = _logits(merged, inputs)
+    del merged
+    gc.collect()
+
+    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype)
+    reference = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
+    reference_logits = _logits(reference, inputs)
+    del reference, base
+    gc.collect()
+
+    diff = max(float((m - r).abs().max()) for m, r in zip(merged_logits, reference_logits,
+                                                        strict=True))
+    scale = max(float(r.abs().max()) for r in reference_logits)
+    atol, rtol = TOLERANCES[dtype]
+    tolerance = atol + rtol * scale
+    return {"max_abs_diff": diff, "tolerance": tolerance, "passed": diff <= tolerance,
+            "max_abs_logit": scale, "dtype": str(dtype).removeprefix("torch."),
+            "probes": len(probes)}
+
+
+def _encode(tokenizer, text: str) -> torch.Tensor:
+    if tokenizer.chat_template:
+        out = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True,
+                                            return_tensors="pt")
+        return out["input_ids"] if hasattr(out, "keys") else out
+    return tokenizer(text, return_tensors="pt")["input_ids"]
+
+
+def _logits(model, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    with torch.inference_mode():
+        return [model(input_ids=ids).logits.float() for ids in inputs]

@@ -1,0 +1,102 @@
+"""The streaming LoRA merge: equal to base + adapter through peft, and refusing bad adapters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from rl_pipeline.merge.lora import AdapterError, merge_lora, read_adapter
+from rl_pipeline.merge.verify import verify_merge
+from rl_pipeline.testing import train_tiny_lora
+
+IDS = torch.tensor([[3, 17, 42, 99, 7, 250, 12]])
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    return train_tiny_lora(tiny_model_dir, tmp_path_factory.mktemp("adapter"))
+
+
+def _peft_logits(base: Path, adapter: Path, dtype=torch.float32) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
+    with torch.inference_mode():
+        return PeftModel.from_pretrained(model, str(adapter))(IDS).logits.float()
+
+
+def _logits(folder: Path, dtype=torch.float32) -> torch.Tensor:
+    with torch.inference_mode():
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)(IDS).logits.float()
+
+
+def test_merged_model_equals_base_plus_adapter(tiny_model_dir, adapter_dir, tmp_path) -> None:
+    summary = merge_lora(tiny_model_dir, read_adapter(adapter_dir), tmp_path / "merged")
+    assert summary["merged_modules"] == 2 * 7  # 2 layers x q,k,v,o,gate,up,down
+    merged = _logits(tmp_path / "merged")
+    reference = _peft_logits(tiny_model_dir, adapter_dir)
+    assert torch.allclose(merged, reference, atol=1e-4)
+    assert (merged - _logits(tiny_model_dir)).abs().max() > 1e-2  # the adapter did something
+    result = verify_merge(tiny_model_dir, adapter_dir, tmp_path / "merged")
+    assert result["passed"] and result["max_abs_diff"] < 1e-4
+
+
+def test_sharded_bfloat16_base(tiny_model_dir, adapter_dir, tmp_path) -> None:
+    base = tmp_path / "bf16_sharded"
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
+    model.save_pretrained(str(base), max_shard_size="50KB")
+    for f in tiny_model_dir.glob("tokenizer*"):
+        shutil.copy(f, base)
+    assert len(list(base.glob("model-*.safetensors"))) > 2
+    merge_lora(base, read_adapter(adapter_dir), tmp_path / "merged", dtype=torch.bfloat16)
+    assert len(list((tmp_path / "merged").glob("model-*.safetensors"))) == len(
+        list(base.glob("model-*.safetensors")))
+    assert json.loads((tmp_path / "merged/config.json").read_text())["dtype"] == "bfloat16"
+    result = verify_merge(base, adapter_dir, tmp_path / "merged", dtype=torch.bfloat16)
+    assert result["passed"], result
+
+
+def test_a_wrong_merge_fails_verification(tiny_model_dir, adapter_dir, tmp_path) -> None:
+    adapter = read_adapter(adapter_dir)
+    adapter.alpha *= 3  # as if lora_alpha were misread
+    merge_lora(tiny_model_dir, adapter, tmp_path / "wrong")
+    result = verify_merge(tiny_model_dir, adapter_dir, tmp_path / "wrong")
+    assert not result["passed"] and result["max_abs_diff"] > result["tolerance"]
+
+
+@pytest.mark.parametrize("alpha", [0, None])
+def test_zero_or_missing_alpha_is_refused(adapter_dir, tmp_path, alpha) -> None:
+    broken = tmp_path / "adapter"
+    shutil.copytree(adapter_dir, broken)
+    config = json.loads((broken / "adapter_config.json").read_text())
+    if alpha is None:
+        del config["lora_alpha"]
+    else:
+        config["lora_alpha"] = alpha
+    (broken / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(AdapterError, match="lora_alpha=.*merge as a no-op"):
+        read_adapter(broken)
+
+
+def test_adapter_for_another_model_is_refused(tiny_model_dir, tokenizer, tmp_path) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    wider = Qwen2Config(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=160,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    Qwen2ForCausalLM(wider).save_pretrained(str(tmp_path / "other"))
+    adapter = train_tiny_lora(tmp_path / "other", tmp_path / "other_adapter", steps=1)
+    with pytest.raises(AdapterError, match="(?s)does not fit the base model.*shape mismatch"):
+        merge_lora(tiny_model_dir, read_adapter(adapter), tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_target_modules_list_and_regex(tiny_model_dir, tmp_path) -> None:
+    for name, targets in (("list", ["q_proj", "v_proj"]), ("regex", r".*\.(up|down)_proj")):
+        adapter = train_tiny_lora(tiny_model_dir, tmp_path / name, target_modules=targets)
+        summary = merge_lora(tiny_model_dir, read_adapter(adapter), tmp_path / f"m_{name}")
+        assert summary["merged_modules"] == 4
+        assert verify_merge(tiny_model_dir, adapter, tmp_path / f"m_{name}")["passed"]

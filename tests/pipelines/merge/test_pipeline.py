@@ -1,0 +1,94 @@
+"""`kedro run --pipeline merge`: a verified, versioned merged model, logged to MLflow; and a
+merge killed midway that leaves nothing loadable behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from kedro.io import Version
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from rl_pipeline.datasets.model_folder import ModelFolderDataset
+from rl_pipeline.models.resolve import resolve_model
+from rl_pipeline.testing import train_tiny_lora
+from tests.test_run import kedro_run, make_project, mlflow_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _stage_adapter(project: Path, adapter: Path) -> None:
+    import shutil
+
+    staged = project / "adapter_copy"
+    shutil.copytree(adapter, staged)
+    ModelFolderDataset(path=str(project / "data/06_models/lora_adapter"),
+                       version=Version(None, None)).save(str(staged))
+
+
+def _merged(project: Path) -> str | None:
+    return ModelFolderDataset(path=str(project / "data/06_models/merged_model"),
+                              version=Version(None, None), optional=True).load()
+
+
+def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path) -> None:
+    project = make_project(tmp_path)
+    adapter = train_tiny_lora(tiny_model_dir, tmp_path / "adapter")
+    _stage_adapter(project, adapter)
+    result = kedro_run(project, "--pipeline", "merge", "--params", f"base_model={tiny_model_dir}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    merged = Path(_merged(project))
+    ids = torch.tensor([[5, 9, 30, 77]])
+    with torch.inference_mode():
+        ours = AutoModelForCausalLM.from_pretrained(str(merged))(ids).logits
+        base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+        reference = PeftModel.from_pretrained(base, str(adapter))(ids).logits
+    assert torch.allclose(ours, reference, atol=1e-4)
+    assert resolve_model(merged, tmp_path / "resolved").metadata["rule"] == "hf_folder"
+    assert not list((project / "data/06_models").glob(".merge-*"))  # moved, not copied
+
+    client, (run,) = mlflow_runs(project)
+    assert run.info.run_name == "merge" and run.info.status == "FINISHED"
+    assert run.data.metrics["merge.max_abs_diff"] < run.data.metrics["merge.tolerance"]
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "merge")} == {
+        "merge/merge_metadata.json"}
+
+
+def test_merge_killed_midway_leaves_no_loadable_version(tokenizer, tmp_path) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    # Big enough (about 100 MB in 10 MB shards) that the merge takes a few seconds.
+    base = tmp_path / "base"
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1408,
+                         num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4)
+    Qwen2ForCausalLM(config).save_pretrained(str(base), max_shard_size="10MB")
+    tokenizer.save_pretrained(str(base))
+    adapter = train_tiny_lora(base, tmp_path / "adapter", steps=1)
+    project = make_project(tmp_path)
+    _stage_adapter(project, adapter)
+
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "kedro", "run", "--pipeline", "merge",
+                             "--params", f"base_model={base}"], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if any(project.glob("data/06_models/.merge-*/model-*.safetensors")):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the merge finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _merged(project) is None  # nothing that a load could pick up
+
+    result = kedro_run(project, "--pipeline", "merge", "--params", f"base_model={base}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (Path(_merged(project)) / "merge_metadata.json").is_file()
