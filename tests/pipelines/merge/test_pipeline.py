@@ -3,6 +3,7 @@ merge killed midway that leaves nothing loadable behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,7 +43,8 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     project = make_project(tmp_path)
     adapter = train_tiny_lora(tiny_model_dir, tmp_path / "adapter")
     _stage_adapter(project, adapter)
-    result = kedro_run(project, "--pipeline", "merge", "--params", f"base_model={tiny_model_dir}")
+    result = kedro_run(project, "--pipeline", "merge", "--params",
+                       f"base_model={tiny_model_dir},merge.registered_model_name=tiny-merged")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     merged = Path(_merged(project))
@@ -60,6 +62,11 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     assert run.data.metrics["merge.max_abs_diff"] < run.data.metrics["merge.tolerance"]
     assert {a.path for a in client.list_artifacts(run.info.run_id, "merge")} == {
         "merge/merge_metadata.json"}
+    (version,) = client.search_model_versions("name='tiny-merged'")
+    assert version.run_id == run.info.run_id
+    metadata = json.loads((merged / "merge_metadata.json").read_text())
+    assert metadata["registered_model"]["name"] == "tiny-merged"
+    assert metadata["verification"]["passed"] and metadata["adapter"].endswith("lora_adapter")
 
 
 def test_merge_killed_midway_leaves_no_loadable_version(tokenizer, tmp_path) -> None:

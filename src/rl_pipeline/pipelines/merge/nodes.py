@@ -83,7 +83,9 @@ def merge_adapter(lora_adapter: str | None, base_model: str, merge: dict[str, An
                 summary["merged_modules"], verification["max_abs_diff"],
                 verification["tolerance"])
     if params.registered_model_name:
-        _register(work, params.registered_model_name)
+        metadata["registered_model"] = {"name": params.registered_model_name,
+                                        "uri": _register(work, params.registered_model_name)}
+        (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
     metrics = {name: {"value": float(verification[name]), "step": 0}
                for name in ("max_abs_diff", "tolerance", "max_abs_logit")}
     metrics["merged_modules"] = {"value": float(summary["merged_modules"]), "step": 0}
@@ -112,9 +114,15 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _register(folder: Path, name: str) -> None:
+def _register(folder: Path, name: str) -> str:
     import mlflow
+    import transformers
 
     logger.info("Logging the merged model to MLflow and registering it as %s", name)
-    mlflow.transformers.log_model(transformers_model=str(folder), name="merged_model",
-                                  task="text-generation", registered_model_name=name)
+    # Explicit requirements: mlflow's inference imports every optional vision/audio package.
+    requirements = [f"transformers=={transformers.__version__}",
+                    f"torch=={torch.__version__.split('+')[0]}", "safetensors", "accelerate"]
+    info = mlflow.transformers.log_model(transformers_model=str(folder), name="merged_model",
+                                         task="text-generation", registered_model_name=name,
+                                         pip_requirements=requirements)
+    return info.model_uri
