@@ -15,7 +15,6 @@ Usage: ``.venv/bin/python benchmarks/bench_merge.py [--layers N]``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -39,8 +38,8 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
 model = PeftModel.from_pretrained(model, sys.argv[2]).merge_and_unload()
-model.save_pretrained(sys.argv[3], max_shard_size="%s")
-""" % SHARD
+model.save_pretrained(sys.argv[3], max_shard_size=sys.argv[4])
+"""
 # VmHWM, not getrusage's ru_maxrss: the latter survives fork and exec, so a child started by
 # a parent holding the model would report the parent's size.
 PEAK = ("print(next(int(l.split()[1]) for l in open('/proc/self/status') "
@@ -85,7 +84,6 @@ def measure(code: str, *args: str) -> tuple[float, float]:
 
 
 def same_weights(a: Path, b: Path) -> float:
-    import torch
     from safetensors import safe_open
 
     worst = 0.0
@@ -117,7 +115,7 @@ def main() -> None:
         print("ours ...", flush=True)
         t_ours, m_ours = measure(OURS, str(base), str(adapter), str(folder / "ours"))
         print("peft ...", flush=True)
-        t_peft, m_peft = measure(PEFT, str(base), str(adapter), str(folder / "peft"))
+        t_peft, m_peft = measure(PEFT, str(base), str(adapter), str(folder / "peft"), SHARD)
         worst = same_weights(folder / "ours", folder / "peft")
         largest = max(f.stat().st_size for f in base.glob("*.safetensors")) / 2**20
         shutil.rmtree(folder / "peft")

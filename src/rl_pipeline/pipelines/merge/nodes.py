@@ -12,26 +12,36 @@ from typing import Any
 import torch
 
 from rl_pipeline.config import MergeParams, parse_params
+from rl_pipeline.merge.fsdp import (
+    convert_fsdp_checkpoint,
+    latest_actor_checkpoint,
+    verify_conversion,
+)
 from rl_pipeline.merge.lora import ADAPTER_CONFIG, merge_lora, read_adapter
 from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_merge
 from rl_pipeline.models.resolve import METADATA_FILE
 
 logger = logging.getLogger(__name__)
 MERGE_METADATA = "merge_metadata.json"
-TRAINING_RUN = "training_run.json"  # written beside the adapter by the train stage
+TRAINING_RUN = "training_run.json"  # written into its outputs by the train stage
 
 
 class MergeVerificationError(RuntimeError):
     """The merged model's logits differ from base + adapter beyond the tolerance."""
 
 
-def merge_adapter(lora_adapter: str | None, base_model: str, merge: dict[str, Any]
-                  ) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
-    """Merge the LoRA adapter into the base model, verify it, and describe the result.
+def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_model: str,
+                merge: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
+    """Make a standalone model from the training result, verify it, and describe it.
+
+    The training result is the LoRA adapter when there is one; otherwise the newest verl
+    FSDP checkpoint in ``train_checkpoints``, converted by verl's model merger (a LoRA run's
+    checkpoint converts to base weights plus an adapter, which is then merged).
 
     Args:
         lora_adapter: The adapter folder (peft's layout, or verl's model merger output with a
-            ``lora_adapter/`` subfolder), or None when training has not produced one.
+            ``lora_adapter/`` subfolder), or None.
+        train_checkpoints: verl's checkpoint folder, or None.
         base_model: The resolved base model folder.
         merge: The ``merge`` parameter group.
 
@@ -40,56 +50,83 @@ def merge_adapter(lora_adapter: str | None, base_model: str, merge: dict[str, An
         and the verification numbers as MLflow metrics.
 
     Raises:
-        ValueError: If there is no adapter.
+        ValueError: If there is nothing to merge.
         AdapterError: If the adapter cannot be merged into this base (alpha 0, shapes, ...).
-        MergeVerificationError: If the merged logits differ beyond the tolerance.
+        MergeVerificationError: If the merged model fails verification.
     """
     params = parse_params(MergeParams, merge, "merge")
-    if lora_adapter is None:
-        raise ValueError("no lora_adapter to merge: run the train stage first, or point the "
-                         "lora_adapter catalog entry at an adapter folder")
-    adapter_dir = _adapter_folder(Path(lora_adapter))
-    adapter = read_adapter(adapter_dir)
-    dtype = _dtype(params.dtype, Path(base_model))
+    actor = latest_actor_checkpoint(train_checkpoints) if train_checkpoints else None
+    if lora_adapter is None and actor is None:
+        raise ValueError("nothing to merge: no lora_adapter and no verl checkpoint in "
+                         "train_checkpoints; run the train stage first")
     # Hidden, so a crash leaves nothing that looks like a model; the catalog moves it away.
     if params.scratch_dir:
         Path(params.scratch_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".merge-", dir=params.scratch_dir))
     try:
-        summary = merge_lora(base_model, adapter, work, dtype)
-        verification = verify_merge(base_model, adapter_dir, work,
-                                    tuple(params.verify_probes or DEFAULT_PROBES), dtype)
-        if not verification["passed"]:
-            raise MergeVerificationError(
-                f"merged model differs from base + adapter: max |logit diff| "
-                f"{verification['max_abs_diff']:.3g} > tolerance "
-                f"{verification['tolerance']:.3g} ({verification['dtype']})")
-        metadata = {
-            "base_model": _read_json(Path(base_model) / METADATA_FILE).get("source", base_model),
-            "base_model_path": base_model,
-            "adapter": str(adapter_dir),
-            "training_run": _read_json(adapter_dir / TRAINING_RUN) or None,
-            "lora": {"r": adapter.rank, "lora_alpha": adapter.alpha,
-                     "use_rslora": adapter.use_rslora,
-                     "target_modules": adapter.config.get("target_modules")},
-            **summary,
-            "verification": verification,
-        }
-        (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
+        if lora_adapter is not None:
+            metadata = _merge_lora(Path(base_model), _adapter_folder(Path(lora_adapter)),
+                                   work, params)
+            training_run = Path(lora_adapter) / TRAINING_RUN
+        else:
+            metadata = _merge_checkpoint(actor, work, params)
+            training_run = Path(train_checkpoints) / TRAINING_RUN
+        model = work
+        metadata = {"base_model": _read_json(Path(base_model) / METADATA_FILE).get(
+                        "source", base_model),
+                    "base_model_path": base_model,
+                    "training_run": _read_json(training_run) or None, **metadata}
+        (model / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
+        if params.registered_model_name:
+            metadata["registered_model"] = {"name": params.registered_model_name,
+                                            "uri": _register(model, params.registered_model_name)}
+            (model / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    verification = metadata["verification"]
+    metrics = {name: {"value": float(verification[name]), "step": 0}
+               for name in ("max_abs_diff", "tolerance", "max_abs_logit") if name in verification}
+    metrics["merged_modules"] = {"value": float(metadata.get("merged_modules", 0)), "step": 0}
+    return str(model), metadata, metrics
+
+
+def _merge_lora(base: Path, adapter_dir: Path, out: Path, params: MergeParams) -> dict[str, Any]:
+    adapter = read_adapter(adapter_dir)
+    dtype = _dtype(params.dtype, base)
+    summary = merge_lora(base, adapter, out, dtype)
+    verification = verify_merge(base, adapter_dir, out,
+                                tuple(params.verify_probes or DEFAULT_PROBES), dtype)
+    if not verification["passed"]:
+        raise MergeVerificationError(
+            f"merged model differs from base + adapter: max |logit diff| "
+            f"{verification['max_abs_diff']:.3g} > tolerance {verification['tolerance']:.3g} "
+            f"({verification['dtype']})")
     logger.info("Merged %d modules; max |logit diff| %.3g (tolerance %.3g)",
                 summary["merged_modules"], verification["max_abs_diff"],
                 verification["tolerance"])
-    if params.registered_model_name:
-        metadata["registered_model"] = {"name": params.registered_model_name,
-                                        "uri": _register(work, params.registered_model_name)}
-        (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
-    metrics = {name: {"value": float(verification[name]), "step": 0}
-               for name in ("max_abs_diff", "tolerance", "max_abs_logit")}
-    metrics["merged_modules"] = {"value": float(summary["merged_modules"]), "step": 0}
-    return str(work), metadata, metrics
+    return {"adapter": str(adapter_dir),
+            "lora": {"r": adapter.rank, "lora_alpha": adapter.alpha,
+                     "use_rslora": adapter.use_rslora,
+                     "target_modules": adapter.config.get("target_modules")},
+            **summary, "verification": verification}
+
+
+def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=".convert-", dir=params.scratch_dir) as scratch:
+        converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
+        adapter_dir = converted / "lora_adapter"
+        if (adapter_dir / ADAPTER_CONFIG).is_file():
+            adapter_dir = adapter_dir.rename(Path(scratch) / "lora_adapter")
+            return {"checkpoint": str(actor), **_merge_lora(converted, adapter_dir, out, params)}
+        verification = verify_conversion(actor, converted)
+        if not verification["passed"]:
+            raise MergeVerificationError(f"the converted checkpoint {actor} does not match "
+                                         f"its shards:\n{verification['error']}")
+        for item in converted.iterdir():
+            item.rename(out / item.name)
+    logger.info("Converted the full fine-tuning checkpoint %s", actor)
+    return {"checkpoint": str(actor), "adapter": None, "verification": verification}
 
 
 def _adapter_folder(path: Path) -> Path:

@@ -1,14 +1,14 @@
 from kedro.pipeline import Node, Pipeline
 
-from .nodes import merge_adapter
+from .nodes import merge_model
 
 
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline([
         Node(
-            func=merge_adapter,
-            inputs=["lora_adapter", "base_model", "params:merge"],
+            func=merge_model,
+            inputs=["lora_adapter", "train_checkpoints", "base_model", "params:merge"],
             outputs=["merged_model", "merge_metadata", "merge_metrics"],
-            name="merge_adapter_node",
+            name="merge_model_node",
         ),
     ])
