@@ -52,6 +52,8 @@ def main() -> None:
     lines = (ROOT / "data/01_raw/gsm8k/test.jsonl").read_text().splitlines()[:args.prompts]
     conversations = [chat_messages(json.loads(line)["question"], params) for line in lines]
     generator = HFGenerator(str(model))
+    # The baseline is the best one-at-a-time set-up: the model as it is, dynamic cache.
+    baseline = HFGenerator(str(model), expand_gqa=False)
     rows = []
     for mode, settings in (
         ("natural", SamplingSettings(max_new_tokens=args.max_new_tokens, greedy=True)),
@@ -61,7 +63,7 @@ def main() -> None:
         print(f"[{mode}] batched ...", flush=True)
         batched, t_batch, n_batch = run(generator, conversations, settings, len(conversations))
         print(f"[{mode}] one at a time ...", flush=True)
-        single, t_single, n_single = run(generator, conversations, settings, 1)
+        single, t_single, n_single = run(baseline, conversations, settings, 1)
         same = sum(a.text == b.text for a, b in zip(batched, single, strict=True))
         rows.append((mode, settings.max_new_tokens, n_batch / t_batch, n_single / t_single,
                      same, t_single / t_batch))
@@ -69,8 +71,10 @@ def main() -> None:
     text = "\n".join([
         SECTION, "",
         f"`benchmarks/bench_generation.py`: SmolLM2-135M-Instruct (float32), greedy, the first "
-        f"{len(conversations)} GSM8K test prompts, our `HFGenerator` with all prompts in one "
-        "batch (static KV cache) against one `generate` call per prompt (dynamic cache).", "",
+        f"{len(conversations)} GSM8K test prompts. Batched: our `HFGenerator`, all prompts in "
+        "one batch, static KV cache, grouped-query attention expanded to multi-head. One at a "
+        "time: one `generate` call per prompt with the model as it is and the dynamic cache "
+        "(its fastest set-up).", "",
         f"Machine: {machine()}.", "",
         "| mode | max new tokens | batched tokens/s | one at a time tokens/s | identical texts "
         "| ratio |",
@@ -82,9 +86,9 @@ def main() -> None:
         "computing finished rows until its longest response ends. Full length: "
         "end-of-sequence suppressed, so both sides generate the same number of tokens; this "
         "is the throughput of batching itself. The gap is the batch's work on finished rows. "
-        "On this 2-core CPU the batched decode step is dominated by copying the KV cache "
-        "(grouped-query attention with a padding mask makes transformers repeat K and V for "
-        "each head), not by the matrix products.", "",
+        "Without the two CPU measures (static cache, expanded attention) the batched rate was "
+        "about 75 tokens/s (3.4x): with a padding mask, transformers copies the whole "
+        "grouped-query KV cache for every head at every step.", "",
         f"Goal: at least 4x with identical texts: "
         f"{'met' if all(r[5] >= 4 and r[4] == len(conversations) for r in rows) else 'not met'}"
         " on this machine.", ""])

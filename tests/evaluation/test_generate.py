@@ -48,3 +48,22 @@ def test_vllm_is_refused_without_a_gpu() -> None:
     assert pick_backend("auto") == "hf"  # CPU machines
     with pytest.raises(RuntimeError, match="needs vLLM and a CUDA GPU"):
         pick_backend("vllm")
+
+
+def test_expanding_grouped_query_attention_keeps_the_outputs(tiny_model_dir) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl_pipeline.evaluation.generate import expand_grouped_query_attention
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
+    ids = torch.tensor([[3, 17, 42, 99, 7], [5, 6, 7, 8, 9]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])  # left padding, as in batches
+    with torch.inference_mode():
+        before = model(input_ids=ids, attention_mask=mask).logits
+        assert expand_grouped_query_attention(model)
+        after = model(input_ids=ids, attention_mask=mask).logits
+    assert model.config.num_key_value_heads == model.config.num_attention_heads
+    assert model.model.layers[0].self_attn.k_proj.out_features == model.config.hidden_size
+    assert torch.allclose(before, after, atol=1e-6)
+    assert not expand_grouped_query_attention(model)  # already multi-head: nothing to do

@@ -41,7 +41,7 @@ def test_full_fine_tuning_checkpoint_is_converted_and_verified(tiny_model_dir, t
     for key, value in merged.state_dict().items():
         assert value.dtype == torch.bfloat16  # verl's merger saves bfloat16
         assert torch.equal(value, state[key].to(torch.bfloat16)), key
-    assert metadata["checkpoint"] == str(actor)
+    assert metadata["checkpoint"] == str(actor) and metadata["dtype"] == "bfloat16"
     assert metadata["verification"] == {"method": "verl.model_merger test", "passed": True}
     assert metadata["training_run"] == {"mlflow_run_id": "abc123"}
     assert (Path(path) / "merge_metadata.json").is_file()

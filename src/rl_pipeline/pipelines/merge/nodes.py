@@ -126,7 +126,10 @@ def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, 
         for item in converted.iterdir():
             item.rename(out / item.name)
     logger.info("Converted the full fine-tuning checkpoint %s", actor)
-    return {"checkpoint": str(actor), "adapter": None, "verification": verification}
+    config = _read_json(out / "config.json")
+    return {"checkpoint": str(actor), "adapter": None,
+            "dtype": config.get("dtype") or config.get("torch_dtype"),
+            "verification": verification}
 
 
 def _adapter_folder(path: Path) -> Path:
