@@ -17,11 +17,13 @@ class ConfigError(ValueError):
     """One or more parameters are invalid. The message lists each of them."""
 
 
-class _Params(BaseModel):
+class ParamGroup(BaseModel):
+    """Base of every parameter group: unknown names are errors; values are checked, frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-class DataParams(_Params):
+class DataParams(ParamGroup):
     """The spec's ``data_*`` parameters: one value shared by data_prep and the trainers."""
 
     data_max_prompt_length: int = Field(
@@ -48,7 +50,7 @@ class DataParams(_Params):
     )
 
 
-class DataPrepParams(_Params):
+class DataPrepParams(ParamGroup):
     """How raw records become verl prompts (the ``data_prep`` group)."""
 
     dataset_prompt_column: str = Field(
@@ -99,7 +101,7 @@ class DataPrepParams(_Params):
     )
 
 
-class CustomRewardFunction(_Params):
+class CustomRewardFunction(ParamGroup):
     """verl's ``custom_reward_function`` keys."""
 
     path: str | None = Field(
@@ -113,7 +115,7 @@ class CustomRewardFunction(_Params):
     )
 
 
-class RewardParams(_Params):
+class RewardParams(ParamGroup):
     """The reward used by evaluation and both trainers (the ``reward`` group)."""
 
     custom_reward_function: CustomRewardFunction = Field(
@@ -123,7 +125,7 @@ class RewardParams(_Params):
         "scores 0 and is counted in the metrics (reward_errors).")
 
 
-class EvalParams(_Params):
+class EvalParams(ParamGroup):
     """Evaluation of the base and the trained model (the ``eval`` group)."""
 
     backend: Literal["auto", "hf", "vllm"] = Field(
@@ -150,7 +152,7 @@ class EvalParams(_Params):
     seed: int = Field(42, description="Sampling seed.")
 
 
-class MergeParams(_Params):
+class MergeParams(ParamGroup):
     """Merging the LoRA adapter into the base model (the ``merge`` group)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -167,7 +169,7 @@ class MergeParams(_Params):
         "register it under this name. Off (null) by default: multi-GB uploads are slow.")
 
 
-P = TypeVar("P", bound=_Params)
+P = TypeVar("P", bound=ParamGroup)
 
 
 def parse_params(model: type[P], values: dict[str, Any] | None, group: str) -> P:
@@ -190,7 +192,7 @@ def parse_params(model: type[P], values: dict[str, Any] | None, group: str) -> P
         raise ConfigError(_describe(exc, model, group)) from None
 
 
-def _describe(exc: ValidationError, model: type[_Params], group: str) -> str:
+def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
     lines = [f"{exc.error_count()} invalid parameter(s) in '{group}':"]
     for err in exc.errors():
         name = ".".join([group, *(str(p) for p in err["loc"])])
@@ -202,8 +204,8 @@ def _describe(exc: ValidationError, model: type[_Params], group: str) -> str:
     return "\n".join(lines)
 
 
-# Parameter groups by their key in conf/*/parameters*.yml.
-PARAMETER_GROUPS: dict[str, type[_Params]] = {
+# Parameter groups by their key in conf/*/parameters*.yml (train: see engines.train_params).
+PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
     "data": DataParams,
     "data_prep": DataPrepParams,
     "reward": RewardParams,
@@ -212,10 +214,10 @@ PARAMETER_GROUPS: dict[str, type[_Params]] = {
 }
 
 
-def _nested_model(model: type[_Params], loc: tuple) -> type[_Params]:
+def _nested_model(model: type[ParamGroup], loc: tuple) -> type[ParamGroup]:
     for part in loc:
         annotation = model.model_fields[str(part)].annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, _Params)):
+        if not (isinstance(annotation, type) and issubclass(annotation, ParamGroup)):
             break
         model = annotation
     return model

@@ -6,6 +6,7 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
 from rl_pipeline.config import PARAMETER_GROUPS, ConfigError, parse_params
+from rl_pipeline.engines import train_params  # noqa: F401  (registers the train group)
 
 
 class ParameterValidationHook:

@@ -1,0 +1,132 @@
+"""The spec-name -> verl Hydra key table, and verl's own config composed from it.
+
+One table holds the mapping (:data:`MAPPING`). Overrides are composed onto verl's
+``ppo_trainer.yaml`` from the installed verl package, so a key that verl moves or renames
+makes composition fail (Hydra's struct mode), in a test rather than on a GPU job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rl_pipeline.config import DataParams
+from rl_pipeline.engines.verl_params import VerlParams
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One spec parameter and the verl key it sets (``add``: not in verl's schema)."""
+
+    spec: str
+    key: str
+    add: bool = False
+
+
+_ACTOR = "actor_rollout_ref.actor"
+_ROLLOUT = "actor_rollout_ref.rollout"
+_MODEL = "actor_rollout_ref.model"
+
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("ENGINE", f"{_ROLLOUT}.name"),
+    Mapping("rollout_name", f"{_ROLLOUT}.name"),
+    Mapping("data_train_batch_size", "data.train_batch_size"),
+    Mapping("data_max_prompt_length", "data.max_prompt_length"),
+    Mapping("data_max_response_length", "data.max_response_length"),
+    Mapping("data_filter_overlong_prompts", "data.filter_overlong_prompts"),
+    Mapping("data_truncation", "data.truncation"),
+    Mapping("data_image_key", "data.image_key"),
+    Mapping("algorithm_adv_estimator", "algorithm.adv_estimator"),
+    Mapping("algorithm_use_kl_in_reward", "algorithm.use_kl_in_reward"),
+    Mapping("actor_optim_lr", f"{_ACTOR}.optim.lr"),
+    Mapping("actor_model_use_remove_padding", f"{_MODEL}.use_remove_padding"),
+    Mapping("actor_strategy", f"{_ACTOR}.strategy"),
+    Mapping("actor_fsdp_config_offload_policy", f"{_ACTOR}.fsdp_config.offload_policy"),
+    Mapping("actor_ppo_mini_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
+    Mapping("actor_rft_mini_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
+    Mapping("actor_ppo_micro_batch_size_per_gpu", f"{_ACTOR}.ppo_micro_batch_size_per_gpu"),
+    Mapping("actor_rft_micro_batch_size_per_gpu", f"{_ACTOR}.ppo_micro_batch_size_per_gpu"),
+    Mapping("actor_model_lora_rank", f"{_MODEL}.lora_rank"),
+    Mapping("actor_model_lora_alpha", f"{_MODEL}.lora_alpha"),
+    Mapping("actor_model_target_modules", f"{_MODEL}.target_modules"),
+    Mapping("actor_model_exclude_modules", f"{_MODEL}.exclude_modules"),
+    Mapping("actor_use_kl_loss", f"{_ACTOR}.use_kl_loss"),
+    Mapping("actor_kl_loss_coef", f"{_ACTOR}.kl_loss_coef"),
+    Mapping("actor_kl_loss_type", f"{_ACTOR}.kl_loss_type"),
+    Mapping("actor_entropy_coeff", f"{_ACTOR}.entropy_coeff"),
+    Mapping("actor_model_enable_gradient_checkpointing", f"{_MODEL}.enable_gradient_checkpointing"),
+    Mapping("actor_fsdp_param_offload", f"{_ACTOR}.fsdp_config.param_offload"),
+    Mapping("actor_fsdp_optimizer_offload", f"{_ACTOR}.fsdp_config.optimizer_offload"),
+    Mapping("rollout_log_prob_micro_batch_size_per_gpu",
+            f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
+    Mapping("rollout_tensor_model_parallel_size", f"{_ROLLOUT}.tensor_model_parallel_size"),
+    Mapping("rollout_dtype", f"{_ROLLOUT}.dtype"),
+    # Not in verl's schema: handed to vLLM's engine as is.
+    Mapping("rollout_disable_mm_preprocessor_cache",
+            f"{_ROLLOUT}.engine_kwargs.vllm.disable_mm_preprocessor_cache", add=True),
+    Mapping("rollout_gpu_memory_utilization", f"{_ROLLOUT}.gpu_memory_utilization"),
+    Mapping("rollout_enable_chunked_prefill", f"{_ROLLOUT}.enable_chunked_prefill"),
+    Mapping("rollout_enforce_eager", f"{_ROLLOUT}.enforce_eager"),
+    Mapping("rollout_free_cache_engine", f"{_ROLLOUT}.free_cache_engine"),
+    Mapping("rollout_n", f"{_ROLLOUT}.n"),
+    Mapping("rollout_temperature", f"{_ROLLOUT}.temperature"),
+    Mapping("rollout_top_p", f"{_ROLLOUT}.top_p"),
+    Mapping("rollout_top_k", f"{_ROLLOUT}.top_k"),
+    Mapping("rollout_do_sample", f"{_ROLLOUT}.do_sample"),
+    Mapping("rollout_val_temperature", f"{_ROLLOUT}.val_kwargs.temperature"),
+    Mapping("rollout_val_top_p", f"{_ROLLOUT}.val_kwargs.top_p"),
+    Mapping("rollout_val_top_k", f"{_ROLLOUT}.val_kwargs.top_k"),
+    Mapping("ref_log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    Mapping("ref_fsdp_param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
+    Mapping("trainer_critic_warmup", "trainer.critic_warmup"),
+    Mapping("trainer_n_gpus_per_node", "trainer.n_gpus_per_node"),
+    Mapping("trainer_nnodes", "trainer.nnodes"),
+    Mapping("trainer_save_freq", "trainer.save_freq"),
+    Mapping("trainer_test_freq", "trainer.test_freq"),
+    Mapping("trainer_val_before_train", "trainer.val_before_train"),
+    Mapping("trainer_total_epochs", "trainer.total_epochs"),
+    Mapping("total_training_steps", "trainer.total_training_steps"),
+)
+# pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
+NOT_VERL_KEYS = ("pypi_packages_override",)
+
+
+def spec_values(verl: VerlParams, data: DataParams) -> dict[str, Any]:
+    """Every mapped spec parameter's value, from ``train.verl`` and the shared ``data`` group."""
+    return {**data.model_dump(), **verl.model_dump()}
+
+
+def hydra_overrides(values: dict[str, Any], extra: Iterable[str] = ()) -> list[str]:
+    """Hydra override strings for the mapped spec values, then ``extra`` (``key=value``)."""
+    out = []
+    for m in MAPPING:
+        out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(values[m.spec])}")
+    return [*out, *extra]
+
+
+def compose_verl_config(overrides: list[str]) -> DictConfig:
+    """verl's ``ppo_trainer`` config from the installed package, with ``overrides`` applied."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def _hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if text.startswith("[") and text.endswith("]"):
+        return text  # a Hydra list, e.g. [q_proj,v_proj]
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,105 @@
+"""The spec -> verl key table against the installed verl's own Hydra config."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from rl_pipeline.config import DataParams
+from rl_pipeline.engines.verl_config import (
+    MAPPING,
+    NOT_VERL_KEYS,
+    compose_verl_config,
+    hydra_overrides,
+    spec_values,
+)
+from rl_pipeline.engines.verl_params import VerlParams
+from tests.conftest import PROJECT_ROOT
+
+SPEC = PROJECT_ROOT.parent / "shared" / "spec"
+# Inputs that come from the catalog, not from parameters.
+FROM_CATALOG = {"data_train_files", "data_val_files", "actor_model_path"}
+PATHS = ["data.train_files=/data/train.parquet", "data.val_files=/data/val.parquet",
+         "actor_rollout_ref.model.path=/models/base"]
+
+
+def _spec_defaults(name: str) -> dict[str, str]:
+    """Parameter name -> default, from a component spec's Markdown tables."""
+    rows = {}
+    for line in (SPEC / name).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and re.fullmatch(r"[A-Za-z_]+", cells[0]) and cells[0] != "Name":
+            rows[cells[0]] = cells[3]
+    return rows
+
+
+def _same(default: str, value) -> bool:
+    if default == "-":
+        return value is None
+    if isinstance(value, bool):
+        return default.lower() == str(value).lower()
+    if isinstance(value, int | float):
+        return float(default) == float(value)
+    return default == str(value)
+
+
+@pytest.fixture(scope="module")
+def composed():
+    values = spec_values(VerlParams(), DataParams())
+    return values, compose_verl_config(hydra_overrides(values, PATHS))
+
+
+def test_every_mapped_key_exists_in_verl_and_gets_its_value(composed) -> None:
+    values, config = composed
+    for m in MAPPING:
+        got = OmegaConf.select(config, m.key, throw_on_missing=True)
+        assert got == values[m.spec], f"{m.spec} -> {m.key}: {got!r} != {values[m.spec]!r}"
+
+
+def test_every_spec_parameter_is_ours_with_the_spec_default() -> None:
+    verl = _spec_defaults("verl_trainer_component.md")
+    rft = _spec_defaults("rft_trainer_component.md")
+    defaults = {**verl, **rft}  # rft_trainer's default wins where they differ
+    ours = spec_values(VerlParams(), DataParams())
+    mapped = {m.spec for m in MAPPING} | set(NOT_VERL_KEYS)
+    for name, default in defaults.items():
+        if name in FROM_CATALOG:
+            continue
+        assert name in ours, f"spec parameter {name} is missing"
+        assert name in mapped, f"spec parameter {name} is not mapped to verl"
+        assert _same(default, ours[name]), f"{name}: spec default {default}, ours {ours[name]}"
+    assert len(defaults) >= 55
+
+
+def test_a_key_verl_does_not_have_fails_composition() -> None:
+    with pytest.raises(Exception, match="actor_rollout_ref.rollout.no_such_key"):
+        compose_verl_config([*PATHS, "actor_rollout_ref.rollout.no_such_key=1"])
+
+
+@pytest.mark.slow
+def test_verls_own_cli_accepts_the_overrides() -> None:
+    overrides = hydra_overrides(spec_values(VerlParams(), DataParams()), PATHS)
+    result = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "--cfg", "job",
+                             *overrides], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "adv_estimator: grpo" in result.stdout
+
+
+def test_the_train_parameters_file_holds_the_spec_defaults() -> None:
+    import yaml
+
+    from rl_pipeline.config import ConfigError, parse_params
+    from rl_pipeline.engines.train_params import TrainParams
+
+    raw = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_train.yml").read_text())["train"]
+    params = parse_params(TrainParams, raw, "train")
+    assert params.verl == VerlParams()
+    with pytest.raises(ConfigError, match="train.verl.algorithm_adv_estimator='ppo'"):
+        parse_params(TrainParams, {**raw, "verl": {**raw["verl"],
+                                                   "algorithm_adv_estimator": "ppo"}}, "train")
