@@ -1,0 +1,155 @@
+"""Checks that verl itself makes only later, on the GPU workers, made here on a CPU.
+
+Each failed check names the spec parameter, its value and what is allowed; all of them are
+reported together. The rules follow verl 0.9.1: the per-GPU mini-batch arithmetic of its FSDP
+workers, the rollout's tensor-parallel layout, the group estimators' need for several
+samples, and the LoRA ranks vLLM accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from rl_pipeline.config import DataParams
+from rl_pipeline.engines.verl_params import VerlParams
+
+# Estimators whose advantage compares the samples of one prompt: they need rollout_n > 1.
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")
+# vLLM's supported max_lora_rank values (verl rounds the rank up to one of these).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed check."""
+
+    parameter: str
+    value: Any
+    allowed: str
+
+    def __str__(self) -> str:
+        return f"train.verl.{self.parameter}={self.value!r}: {self.allowed}"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the run will use: GPUs per node, nodes, rollout tensor-parallel size."""
+
+    gpus_per_node: int
+    nnodes: int
+    tensor_parallel: int
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nnodes
+
+
+def resolve_hardware(verl: VerlParams, gpus_visible: int) -> Hardware:
+    """Resolve the ``auto`` settings: all visible GPUs, and tensor parallel min(2, GPUs)."""
+    gpus = gpus_visible if verl.trainer_n_gpus_per_node == "auto" else verl.trainer_n_gpus_per_node
+    tp = (min(2, max(gpus, 1)) if verl.rollout_tensor_model_parallel_size == "auto"
+          else verl.rollout_tensor_model_parallel_size)
+    return Hardware(gpus_per_node=gpus, nnodes=verl.trainer_nnodes, tensor_parallel=tp)
+
+
+def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
+               train_prompts: int | None = None, gpus_visible: int | None = None,
+               ray_address: str | None = None) -> list[Problem]:
+    """Every problem with a verl configuration, or an empty list.
+
+    Args:
+        verl: ``train.verl``.
+        data: The shared ``data`` group.
+        hardware: The resolved GPUs and tensor-parallel size.
+        train_prompts: Rows of ``train_prompts``, when known.
+        gpus_visible: GPUs on this machine, when about to train (None: only checking).
+        ray_address: The Ray cluster address, when one is configured.
+    """
+    problems: list[Problem] = []
+
+    def fail(parameter: str, allowed: str) -> None:
+        value = getattr(verl, parameter, None)
+        if value is None and parameter.startswith("data_"):
+            value = getattr(data, parameter)
+        problems.append(Problem(parameter, value, allowed))
+
+    if verl.ENGINE not in ROLLOUT_ENGINES:
+        fail("ENGINE", f"one of {', '.join(ROLLOUT_ENGINES)}")
+    if verl.rollout_name != verl.ENGINE:
+        fail("rollout_name", f"the same engine as ENGINE ({verl.ENGINE!r}); both name "
+             "actor_rollout_ref.rollout.name")
+    for ours, rft in (("actor_ppo_mini_batch_size", "actor_rft_mini_batch_size"),
+                      ("actor_ppo_micro_batch_size_per_gpu",
+                       "actor_rft_micro_batch_size_per_gpu")):
+        if getattr(verl, ours) != getattr(verl, rft):
+            fail(rft, f"the same value as {ours} ({getattr(verl, ours)}): the two specs' names "
+                 "for one setting")
+
+    gpus, n = hardware.gpus, verl.rollout_n
+    if gpus < 1:
+        fail("trainer_n_gpus_per_node", "at least 1 GPU (verl trains on GPUs only)")
+    else:
+        if gpus % hardware.tensor_parallel:
+            fail("rollout_tensor_model_parallel_size",
+                 f"a divisor of the {gpus} GPUs (trainer_n_gpus_per_node x trainer_nnodes)")
+        mini = verl.actor_ppo_mini_batch_size
+        if (mini * n) % gpus:
+            fail("actor_ppo_mini_batch_size", f"a value for which mini-batch x rollout_n "
+                 f"({mini} x {n}) divides evenly over {gpus} GPUs")
+        else:
+            per_gpu = mini * n // gpus
+            if per_gpu % verl.actor_ppo_micro_batch_size_per_gpu:
+                fail("actor_ppo_micro_batch_size_per_gpu",
+                     f"a divisor of the per-GPU mini-batch {per_gpu} (mini-batch {mini} x "
+                     f"rollout_n {n} / {gpus} GPUs): {_divisors(per_gpu)}")
+        if (verl.data_train_batch_size * n) % gpus:
+            fail("data_train_batch_size", f"a value for which batch x rollout_n "
+                 f"({verl.data_train_batch_size} x {n}) divides evenly over {gpus} GPUs")
+    if verl.data_train_batch_size < verl.actor_ppo_mini_batch_size:
+        fail("data_train_batch_size", f"at least actor_ppo_mini_batch_size "
+             f"({verl.actor_ppo_mini_batch_size})")
+    if train_prompts is not None and verl.data_train_batch_size > train_prompts:
+        fail("data_train_batch_size", f"at most the {train_prompts} training prompts (verl "
+             "drops the last incomplete batch, so no step would run)")
+    if verl.algorithm_adv_estimator in GROUP_ESTIMATORS and n < 2:
+        fail("rollout_n", f"at least 2: {verl.algorithm_adv_estimator} compares the samples "
+             "of each prompt")
+    if verl.actor_fsdp_config_offload_policy and verl.actor_strategy != "fsdp2":
+        fail("actor_fsdp_config_offload_policy", "false unless actor_strategy is fsdp2 (the "
+             "CPU offload policy is an FSDP2 feature)")
+    if verl.actor_model_lora_rank and verl.ENGINE == "vllm" and (
+            verl.actor_model_lora_rank > VLLM_LORA_RANKS[-1]):
+        fail("actor_model_lora_rank", f"0 (no LoRA) or at most {VLLM_LORA_RANKS[-1]}, the "
+             f"largest LoRA rank vLLM accepts ({', '.join(map(str, VLLM_LORA_RANKS))})")
+    if verl.rollout_do_sample and verl.rollout_temperature <= 0:
+        fail("rollout_temperature", "greater than 0 when rollout_do_sample is true")
+    for freq in ("trainer_save_freq", "trainer_test_freq"):
+        if getattr(verl, freq) == 0 or getattr(verl, freq) < -1:
+            fail(freq, "-1 (never) or a positive number of steps")
+    if data.data_max_prompt_length + data.data_max_response_length > 131072:
+        fail("data_max_response_length", "a prompt + response length within 131072 tokens")
+    for spec in _requirements(verl.pypi_packages_override):
+        try:
+            Requirement(spec)
+        except InvalidRequirement as exc:
+            fail("pypi_packages_override", f"comma-separated requirement specifiers; {spec!r} "
+                 f"is not one ({exc})")
+    if gpus_visible is not None and hardware.gpus_per_node > gpus_visible:
+        fail("trainer_n_gpus_per_node", f"at most the {gpus_visible} GPUs visible here. "
+             "verl needs CUDA GPUs; on a machine without them set train.engine=trl")
+    if gpus_visible is not None and hardware.nnodes > 1 and not ray_address:
+        fail("trainer_nnodes", "1, or a Ray cluster address (RAY_ADDRESS or conf/local) for "
+             "several nodes")
+    return problems
+
+
+def _requirements(override: str | None) -> list[str]:
+    return [part.strip() for part in (override or "").split(",") if part.strip()]
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
