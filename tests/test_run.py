@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -99,8 +100,8 @@ def test_default_run_writes_all_gsm8k_prompts_that_verl_loads(default_run, smoll
 
 def test_default_run_is_tracked_in_mlflow(default_run) -> None:
     client, runs = mlflow_runs(default_run)
-    (run,) = runs
-    assert run.info.run_name == "data_prep" and run.info.status == "FINISHED"
+    (run,) = [r for r in runs if r.info.run_name == "data_prep"]
+    assert run.info.status == "FINISHED"
     assert run.data.params["data.data_max_prompt_length"] == "1024"
     assert run.data.params["data_prep.dataset_prompt_column"] == "question"
     report = json.loads((default_run / "data/08_reporting/data_prep_report.json").read_text())
@@ -111,6 +112,45 @@ def test_default_run_is_tracked_in_mlflow(default_run) -> None:
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "data_prep")}
     assert artifacts == {"data_prep/data_prep_report.json",
                          "data_prep/prompt_length_histogram.png"}
+
+
+def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path) -> None:
+    result = kedro_run(default_run, "--pipeline", "preflight")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reporting = default_run / "data/08_reporting"
+    report = json.loads((reporting / "preflight_report.json").read_text())
+    assert report["engine"] == "verl" and report["training"] is False
+    assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2}
+    assert report["reward"]["reference_mean"] == 1.0
+    config = OmegaConf.load(reporting / "train_config_resolved.yaml")
+    assert config.data.train_files == str(sorted(glob.glob(str(
+        default_run / "data/05_model_input/train_prompts.parquet/*/*.parquet")))[-1])
+    assert config.trainer.default_local_dir == str(default_run / "data/06_models/train_checkpoints")
+    assert config.data.train_batch_size == 512 and config.actor_rollout_ref.rollout.n == 5
+    # The saved command line is verl's own CLI: its overrides compose there too.
+    command = shlex.split((reporting / "train_command.sh").read_text())
+    assert command[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    job = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "--cfg", "job",
+                          *command[3:]], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert OmegaConf.create(job.stdout).data.train_files == config.data.train_files
+    client, runs = mlflow_runs(default_run)
+    (run,) = [r for r in runs if r.info.run_name == "preflight"]
+    assert run.data.metrics["preflight.resolved_trainer_n_gpus_per_node"] == 8
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "train")}
+    assert {"train/train_config_resolved.yaml", "train/train_command.sh",
+            "train/preflight_report.json"} <= artifacts
+
+
+def test_training_with_verl_on_a_cpu_stops_in_preflight(default_run) -> None:
+    result = kedro_run(default_run, "--pipeline", "train")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "verl needs 8 CUDA GPU(s) per node" in output and "this machine has 0" in output
+    assert "train.engine: trl" in output
+    assert "ray init" not in output.lower()  # stopped before Ray
+    assert "Completed node" not in output
 
 
 def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_tokenizer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,32 +19,13 @@ from rl_pipeline.engines.verl_config import (
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from tests.conftest import PROJECT_ROOT
+from tests.engines.spec_tables import same_default as _same
+from tests.engines.spec_tables import spec_defaults as _spec_defaults
 
-SPEC = PROJECT_ROOT.parent / "shared" / "spec"
 # Inputs that come from the catalog, not from parameters.
 FROM_CATALOG = {"data_train_files", "data_val_files", "actor_model_path"}
 PATHS = ["data.train_files=/data/train.parquet", "data.val_files=/data/val.parquet",
          "actor_rollout_ref.model.path=/models/base"]
-
-
-def _spec_defaults(name: str) -> dict[str, str]:
-    """Parameter name -> default, from a component spec's Markdown tables."""
-    rows = {}
-    for line in (SPEC / name).read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and re.fullmatch(r"[A-Za-z_]+", cells[0]) and cells[0] != "Name":
-            rows[cells[0]] = cells[3]
-    return rows
-
-
-def _same(default: str, value) -> bool:
-    if default == "-":
-        return value is None
-    if isinstance(value, bool):
-        return default.lower() == str(value).lower()
-    if isinstance(value, int | float):
-        return float(default) == float(value)
-    return default == str(value)
 
 
 @pytest.fixture(scope="module")

@@ -51,3 +51,20 @@ def test_full_fine_tuning_checkpoint_is_converted_and_verified(tiny_model_dir, t
 def test_nothing_to_merge_says_so(tiny_model_dir, tmp_path) -> None:
     with pytest.raises(ValueError, match="nothing to merge"):
         merge_model(None, str(tmp_path / "no_checkpoints"), str(tiny_model_dir), {})
+
+
+def test_a_full_fine_tuning_record_in_lora_adapter_merges_the_checkpoint(tiny_model_dir,
+                                                                         tmp_path) -> None:
+    from rl_pipeline.engines.verl_engine import export_adapter
+
+    checkpoints = tmp_path / "checkpoints"
+    actor, state = _verl_checkpoint(tiny_model_dir, checkpoints)
+    record = export_adapter(checkpoints, tmp_path / "scratch", {"mlflow_run_id": "r1"},
+                            lora=False)
+    path, metadata, _ = merge_model(str(record), str(checkpoints), str(tiny_model_dir),
+                                    {"scratch_dir": str(tmp_path / "scratch")})
+    assert metadata["checkpoint"] == str(actor) and metadata["adapter"] is None
+    assert metadata["training_run"]["mlflow_run_id"] == "r1"
+    merged = AutoModelForCausalLM.from_pretrained(path)
+    key = next(iter(state))
+    assert torch.equal(merged.state_dict()[key], state[key].to(torch.bfloat16))

@@ -8,13 +8,15 @@ makes composition fail (Hydra's struct mode), in a test rather than on a GPU job
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
 
-from rl_pipeline.config import DataParams
+from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.engines.verl_params import VerlParams
 
 
@@ -94,6 +96,89 @@ MAPPING: tuple[Mapping, ...] = (
 )
 # pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
 NOT_VERL_KEYS = ("pypi_packages_override",)
+# The reward entry point verl loads: it runs the `reward` group's function (one source of
+# truth with eval and the trl engine), with the group's settings as reward_kwargs.
+REWARD_ENTRY = ("pkg://rl_pipeline.rewards.scoring", "verl_reward")
+_RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env"
+_BARE = re.compile(r"[A-Za-z_/][\w./-]*")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(inf|nan)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    """What the catalog and the session give verl: absolute paths and where to log."""
+
+    train_files: str
+    val_files: str
+    model_path: str
+    checkpoints_dir: str
+    tracking_uri: str | None = None
+    ray_address: str | None = None
+
+
+def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: RewardParams,
+                     critic: bool, pip: list[str]) -> list[str]:
+    """The overrides that wire verl to the catalog, the reward, MLflow and Ray.
+
+    Args:
+        values: The spec values (with ``auto`` settings resolved).
+        inputs: Paths from the catalog, the tracking URI and the Ray address.
+        reward: The ``reward`` group.
+        critic: Whether the estimator trains a critic (gae): it gets the actor's model and
+            batch settings.
+        pip: Requirement specifiers for the Ray workers (``pypi_packages_override``).
+    """
+    fn = reward.custom_reward_function
+    out = [
+        f"data.train_files={_hydra_value(inputs.train_files)}",
+        f"data.val_files={_hydra_value(inputs.val_files)}",
+        f"actor_rollout_ref.model.path={_hydra_value(inputs.model_path)}",
+        f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
+        f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
+        f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(fn.path)}",
+        f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
+        f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
+        f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
+        "trainer.resume_mode=auto",
+        "trainer.logger=[console,mlflow]",
+        "trainer.project_name=rl_pipeline",
+    ]
+    if critic:
+        out += [f"critic.model.path={_hydra_value(inputs.model_path)}",
+                f"critic.strategy={values['actor_strategy']}",
+                f"critic.ppo_micro_batch_size_per_gpu="
+                f"{values['actor_ppo_micro_batch_size_per_gpu']}"]
+    if inputs.tracking_uri:
+        out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_TRACKING_URI="
+                   f"{_hydra_value(inputs.tracking_uri)}")
+    if pip:
+        out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
+    if inputs.ray_address:
+        out.append(f"+ray_kwargs.ray_init.address={_hydra_value(inputs.ray_address)}")
+    return out
+
+
+def run_id_override(run_id: str) -> str:
+    """Attach verl's MLflow logger to the train stage's run (added at launch only)."""
+    return f"+{_RUNTIME_ENV}.env_vars.MLFLOW_RUN_ID={_hydra_value(run_id)}"
+
+
+def owned_keys(launch: Iterable[str]) -> dict[str, str]:
+    """verl key -> what sets it (a spec parameter, or the catalog), for refusing overrides."""
+    owned = {m.key: f"train.verl.{m.spec}" for m in MAPPING}
+    for override in launch:
+        owned.setdefault(override_key(override), "the catalog / the reward group")
+    return owned
+
+
+def override_key(override: str) -> str:
+    """The dotted key of a Hydra override (``+a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def command_line(overrides: list[str]) -> str:
+    """The equivalent shell command: verl's own entry point with the same overrides."""
+    return shlex.join(["python", "-m", "verl.trainer.main_ppo", *overrides])
 
 
 def spec_values(verl: VerlParams, data: DataParams) -> dict[str, Any]:
@@ -103,8 +188,11 @@ def spec_values(verl: VerlParams, data: DataParams) -> dict[str, Any]:
 
 def hydra_overrides(values: dict[str, Any], extra: Iterable[str] = ()) -> list[str]:
     """Hydra override strings for the mapped spec values, then ``extra`` (``key=value``)."""
-    out = []
+    out, seen = [], set()
     for m in MAPPING:
+        if m.key in seen:  # two specs' names for one key; preflight checks they agree
+            continue
+        seen.add(m.key)
         out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(values[m.spec])}")
     return [*out, *extra]
 
@@ -129,4 +217,7 @@ def _hydra_value(value: Any) -> str:
     text = str(value)
     if text.startswith("[") and text.endswith("]"):
         return text  # a Hydra list, e.g. [q_proj,v_proj]
+    if _BARE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none") and \
+            not _NUMBER.fullmatch(text):
+        return text  # Hydra reads it as this string; quotes would only clutter the command
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

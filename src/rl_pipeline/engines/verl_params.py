@@ -92,6 +92,11 @@ class VerlParams(ParamGroup):
     trainer_val_before_train: bool = Field(True, description="Validate before training.")
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
+    # Ours, not the specs'.
+    overrides: list[str] = Field(
+        default_factory=list, description="Further verl Hydra overrides ('key=value', "
+        "'+new.key=value'), composed and validated like the rest; keys that a spec parameter "
+        "or the catalog sets are refused (set those instead).")
     pypi_packages_override: str | None = Field(
         None, description="Comma-separated requirement specifiers installed into the Ray "
         "workers' environment (runtime_env pip), e.g. 'transformers==5.10.4'.")

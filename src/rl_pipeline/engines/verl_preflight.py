@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from rl_pipeline.config import DataParams
+from rl_pipeline.config import ConfigError, DataParams
 from rl_pipeline.engines.verl_params import VerlParams
 
 # Estimators whose advantage compares the samples of one prompt: they need rollout_n > 1.
@@ -25,14 +25,28 @@ ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
 
 @dataclass(frozen=True)
 class Problem:
-    """One failed check."""
+    """One failed check: the parameter (in ``group``), its value and what is allowed."""
 
     parameter: str
     value: Any
     allowed: str
+    group: str = "train.verl"
 
     def __str__(self) -> str:
-        return f"train.verl.{self.parameter}={self.value!r}: {self.allowed}"
+        return f"{self.group}.{self.parameter}={self.value!r}: {self.allowed}"
+
+
+class PreflightError(ConfigError):
+    """The configuration would fail on the GPUs; the message lists every problem."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__(f"verl preflight: {len(problems)} problem(s):\n"
+                         + "\n".join(f"  - {p}" for p in problems))
+
+
+class GPUsNeededError(ConfigError):
+    """verl was asked to train on a machine without (enough) CUDA GPUs."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,38 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
         fail("trainer_nnodes", "1, or a Ray cluster address (RAY_ADDRESS or conf/local) for "
              "several nodes")
     return problems
+
+
+def check_gpus(hardware: Hardware, gpus_visible: int, configured: int | str) -> None:
+    """Stop before anything starts when this machine cannot run verl (one clear message).
+
+    Raises:
+        GPUsNeededError: Naming the GPUs needed and found, and the trl engine.
+    """
+    needed = max(hardware.gpus_per_node, 1)
+    if gpus_visible >= needed:
+        return
+    raise GPUsNeededError(
+        f"verl needs {needed} CUDA GPU(s) per node "
+        f"(train.verl.trainer_n_gpus_per_node={configured!r}) and this machine has "
+        f"{gpus_visible}. On a machine without GPUs train with TRL instead: set "
+        "train.engine: trl (or run with --env cpu); with fewer GPUs set "
+        "train.verl.trainer_n_gpus_per_node: auto.")
+
+
+def check_rollout_engine(verl: VerlParams) -> list[Problem]:
+    """The rollout engine must be installed where training starts."""
+    import importlib.util
+
+    if importlib.util.find_spec(verl.ENGINE) is None:
+        return [Problem("ENGINE", verl.ENGINE, f"an installed rollout engine: {verl.ENGINE} is "
+                        "not importable here (pip install -e '.[gpu]' installs vLLM)")]
+    return []
+
+
+def requirements(override: str | None) -> list[str]:
+    """The requirement specifiers of ``pypi_packages_override``."""
+    return _requirements(override)
 
 
 def _requirements(override: str | None) -> list[str]:

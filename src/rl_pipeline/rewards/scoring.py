@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import logging
@@ -133,6 +134,25 @@ class SafeReward:
                 logger.warning("reward function %s raised %r; scoring 0 (reward.strict=true "
                                "makes this fatal)", getattr(self.fn, "__name__", self.fn), exc)
             return 0.0
+
+
+def verl_reward(data_source: str, solution_str: str, ground_truth: str,
+                extra_info: dict | None = None, *, reward_path: str | None = None,
+                reward_name: str = "compute_score", strict: bool = False, **_: Any) -> float:
+    """The reward as verl's reward loop calls it (``reward.custom_reward_function``).
+
+    verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments: they name the
+    ``reward`` group's function, which is loaded once per worker and wrapped in
+    :class:`SafeReward`, so the verl engine scores exactly as eval and the trl engine do.
+    Other keyword arguments verl adds (a reward-model router) are not used.
+    """
+    return _safe_reward(reward_path, reward_name, strict)(data_source, solution_str,
+                                                         ground_truth, extra_info)
+
+
+@functools.cache
+def _safe_reward(path: str | None, name: str, strict: bool) -> SafeReward:
+    return SafeReward(load_reward_function(path, name), strict)
 
 
 def _same_number(answer: str, truth: str) -> bool:

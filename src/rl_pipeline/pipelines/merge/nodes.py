@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rl_pipeline.config import MergeParams, parse_params
+from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.merge.fsdp import (
     convert_fsdp_checkpoint,
     latest_actor_checkpoint,
@@ -23,7 +24,6 @@ from rl_pipeline.models.resolve import METADATA_FILE
 
 logger = logging.getLogger(__name__)
 MERGE_METADATA = "merge_metadata.json"
-TRAINING_RUN = "training_run.json"  # written into its outputs by the train stage
 
 
 class MergeVerificationError(RuntimeError):
@@ -55,6 +55,12 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
         MergeVerificationError: If the merged model fails verification.
     """
     params = parse_params(MergeParams, merge, "merge")
+    training_run = Path(lora_adapter or train_checkpoints or ".") / TRAINING_RUN
+    if lora_adapter is not None and not _holds_adapter(Path(lora_adapter)):
+        # A full fine-tuning run records itself here; its weights are in the checkpoint.
+        logger.info("%s holds no adapter (full fine-tuning): converting the newest checkpoint",
+                    lora_adapter)
+        lora_adapter = None
     actor = latest_actor_checkpoint(train_checkpoints) if train_checkpoints else None
     if lora_adapter is None and actor is None:
         raise ValueError("nothing to merge: no lora_adapter and no verl checkpoint in "
@@ -67,10 +73,8 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
         if lora_adapter is not None:
             metadata = _merge_lora(Path(base_model), _adapter_folder(Path(lora_adapter)),
                                    work, params)
-            training_run = Path(lora_adapter) / TRAINING_RUN
         else:
             metadata = _merge_checkpoint(actor, work, params)
-            training_run = Path(train_checkpoints) / TRAINING_RUN
         model = work
         metadata = {"base_model": _read_json(Path(base_model) / METADATA_FILE).get(
                         "source", base_model),
@@ -130,6 +134,10 @@ def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, 
     return {"checkpoint": str(actor), "adapter": None,
             "dtype": config.get("dtype") or config.get("torch_dtype"),
             "verification": verification}
+
+
+def _holds_adapter(path: Path) -> bool:
+    return (path / ADAPTER_CONFIG).is_file() or (path / "lora_adapter" / ADAPTER_CONFIG).is_file()
 
 
 def _adapter_folder(path: Path) -> Path:

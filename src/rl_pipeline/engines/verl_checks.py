@@ -1,0 +1,184 @@
+"""Preflight checks that run verl's own code on a CPU: its config validation, its dataset
+class on our parquet, and its reward path on sample rows.
+
+verl makes these checks only inside the Ray TaskRunner, after the cluster and the GPU
+workers are up; here they take seconds and report every problem at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rl_pipeline.engines.verl_preflight import Problem
+
+# Rows of each prompt file put through RLHFDataset; enough to catch schema and length
+# problems without verl's single-process length filter over the whole file.
+SAMPLE_ROWS = 64
+
+
+def validate_with_verl(config: DictConfig) -> list[Problem]:
+    """verl's ``validate_config``, as ``main_ppo`` runs it before launching.
+
+    Its LoRA check imports vLLM (to round the rank); our preflight applies that rule itself
+    (:data:`~rl_pipeline.engines.verl_preflight.VLLM_LORA_RANKS`), so verl's runs on a copy
+    whose rollout name is not vllm, and the check works without vLLM installed.
+    """
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    checked = copy.deepcopy(config)
+    with open_dict(checked):
+        if checked.actor_rollout_ref.rollout.name == "vllm":
+            checked.actor_rollout_ref.rollout.name = "sglang"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # need_critic warns that non-gae has no critic
+            validate_config(checked, use_reference_policy=need_reference_policy(checked),
+                            use_critic=need_critic(checked))
+    except (AssertionError, ValueError, TypeError, KeyError) as exc:
+        return [Problem("overrides", None, f"verl's validate_config refused the composed "
+                        f"config: {exc}")]
+    return []
+
+
+def check_prompts(config: DictConfig, tokenizer: Any, sample: int = SAMPLE_ROWS,
+                  ) -> tuple[list[Problem], dict[str, Any], list[dict[str, Any]]]:
+    """Load each prompt file in verl's ``RLHFDataset`` and check it as the rollout will.
+
+    The rollout applies the chat template to ``raw_prompt``; every sampled prompt must fit
+    ``data.max_prompt_length`` (data_prep fitted them, so a failure means the file and the
+    parameters disagree, e.g. a different model's tokenizer).
+
+    Returns:
+        The problems, a summary per file, and the training rows as verl yields them.
+    """
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    problems: list[Problem] = []
+    report: dict[str, Any] = {}
+    train_rows: list[dict[str, Any]] = []
+    limit = config.data.max_prompt_length
+    for entry, files, is_train in (("train_prompts", config.data.train_files, True),
+                                   ("val_prompts", config.data.val_files, False)):
+        try:
+            dataset = create_rl_dataset(files, config.data, tokenizer, None, is_train=is_train,
+                                        max_samples=sample)
+            rows = [dataset[i] for i in range(len(dataset))]
+            collate_fn(rows[:4])
+        except Exception as exc:  # verl raises anything from pyarrow to KeyError here
+            problems.append(Problem(entry, files, f"a parquet file that verl's RLHFDataset "
+                                    f"loads: {type(exc).__name__}: {exc}", group="catalog"))
+            continue
+        if is_train:
+            train_rows = rows
+        lengths = [_prompt_tokens(tokenizer, row["raw_prompt"]) for row in rows]
+        report[entry] = {"rows_checked": len(rows),
+                         "max_prompt_tokens": max(lengths, default=0)}
+        if not rows:
+            problems.append(Problem(entry, files, "at least one prompt that fits "
+                                    f"data_max_prompt_length={limit} (verl kept none)",
+                                    group="catalog"))
+        elif max(lengths) > limit:
+            problems.append(Problem(
+                "data_max_prompt_length", limit, f"at least the longest prompt of {entry} "
+                f"({max(lengths)} tokens with this model's chat template); rerun data_prep "
+                "with this model and limit", group="data"))
+    return problems, report, train_rows
+
+
+def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
+                 ) -> tuple[list[Problem], dict[str, Any]]:
+    """Score sample rows through verl's reward path (its reward manager and our entry point).
+
+    Each row is scored twice: with its reference answer as the response and with an empty
+    response. The reward must return a number for both; a reward that does not score the
+    reference above the empty response is reported (as a warning: a custom reward may read
+    answers in another form).
+    """
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    where = "reward.custom_reward_function"
+    checked = copy.deepcopy(config)
+    with open_dict(checked):
+        # Raise instead of scoring 0, so that a broken reward shows here.
+        checked.reward.custom_reward_function.reward_kwargs.strict = True
+    try:
+        manager = load_reward_manager(checked, tokenizer)
+    except Exception as exc:
+        return [Problem("name", _reward_name(config), f"a reward function verl can load: "
+                        f"{exc}", group=where)], {}
+    scores: dict[str, list[float]] = {"reference": [], "empty": []}
+    for row in rows:
+        truth = row["reward_model"]["ground_truth"]
+        for kind, response in (("reference", f"#### {truth}"), ("empty", "")):
+            data = _one_sample(tokenizer, row, response)
+            try:
+                result = manager.loop.run_until_complete(manager.run_single(data))
+                score = float(result["reward_score"])
+            except Exception as exc:
+                return [Problem("name", _reward_name(config), f"a reward function that scores "
+                                f"{row['data_source']!r} rows: it raised {exc!r}",
+                                group=where)], {}
+            if not math.isfinite(score):
+                return [Problem("name", _reward_name(config), f"a finite score; got {score} "
+                                f"for {response!r}", group=where)], {}
+            scores[kind].append(score)
+    report = {f"{kind}_mean": float(np.mean(v)) if v else None for kind, v in scores.items()}
+    report["rows_scored"] = len(rows)
+    report["warning"] = None
+    if rows and report["reference_mean"] <= report["empty_mean"]:
+        report["warning"] = ("the reward does not score reference answers ('#### <answer>') "
+                             "above empty responses; check that it reads this dataset's format")
+    return [], report
+
+
+def check_chat_template(tokenizer: Any, model_path: str) -> list[Problem]:
+    """verl's rollout applies the tokenizer's chat template to every prompt."""
+    if getattr(tokenizer, "chat_template", None):
+        return []
+    return [Problem("chat_template", None, f"a chat template: the model at {model_path} has "
+                    "none; set one on the base_model catalog entry", group="catalog.base_model")]
+
+
+def resolved_yaml(config: DictConfig) -> str:
+    """The composed config with every interpolation resolved, as verl's TaskRunner sees it."""
+    return OmegaConf.to_yaml(config, resolve=True)
+
+
+def _prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+                                        tokenize=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _one_sample(tokenizer: Any, row: dict[str, Any], response: str) -> Any:
+    """A one-row DataProto laid out as verl's rollout hands it to the reward manager."""
+    from verl import DataProto
+
+    prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True,
+                                           tokenize=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    reply = tokenizer(response, add_special_tokens=False)["input_ids"]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # An empty response is one padding token that the attention mask hides.
+    responses = reply or [pad]
+    mask = [1] * len(prompt) + ([1] * len(reply) if reply else [0])
+    return DataProto.from_dict(
+        tensors={"prompts": torch.tensor([prompt]), "responses": torch.tensor([responses]),
+                 "attention_mask": torch.tensor([mask])},
+        non_tensors={key: np.array([row[key]], dtype=object)
+                     for key in ("data_source", "reward_model", "extra_info")},
+    )
+
+
+def _reward_name(config: DictConfig) -> str:
+    kwargs = config.reward.custom_reward_function.get("reward_kwargs") or {}
+    return kwargs.get("reward_name") or config.reward.custom_reward_function.name

@@ -1,0 +1,277 @@
+"""The verl engine: preflight on any machine, then ``run_ppo`` on Ray, then the adapter.
+
+Kedro-free: the train pipeline's nodes call :func:`plan_verl` and :func:`train_verl`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from rl_pipeline.config import DataParams, RewardParams
+from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.verl_checks import (
+    check_chat_template,
+    check_prompts,
+    check_reward,
+    resolved_yaml,
+    validate_with_verl,
+)
+from rl_pipeline.engines.verl_config import (
+    LaunchInputs,
+    command_line,
+    compose_verl_config,
+    hydra_overrides,
+    launch_overrides,
+    override_key,
+    owned_keys,
+    run_id_override,
+    spec_values,
+)
+from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.verl_preflight import (
+    Hardware,
+    PreflightError,
+    Problem,
+    check_gpus,
+    check_rollout_engine,
+    check_verl,
+    requirements,
+    resolve_hardware,
+)
+from rl_pipeline.merge.fsdp import LATEST, convert_fsdp_checkpoint, latest_actor_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VerlPlan:
+    """A checked launch: the overrides (verl's command line), the config, what was checked."""
+
+    overrides: list[str]
+    config: DictConfig
+    hardware: Hardware
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def command(self) -> str:
+        return command_line(self.overrides)
+
+
+def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: LaunchInputs,
+              *, gpus_visible: int, training: bool, train_rows: int | None = None) -> VerlPlan:
+    """Compose verl's config for this run and check it, as far as a CPU can.
+
+    Args:
+        verl: ``train.verl``.
+        data: The shared ``data`` group.
+        reward: The ``reward`` group.
+        inputs: The catalog's paths, the tracking URI and the Ray address.
+        gpus_visible: CUDA GPUs on this machine.
+        training: Training starts next: this machine must have the GPUs (checked first, with
+            one message). Otherwise only the configuration is checked, on any machine.
+        train_rows: Rows of ``train_prompts``, for the batch-size check.
+
+    Raises:
+        GPUsNeededError: When training on a machine without enough GPUs.
+        PreflightError: Listing every problem found.
+    """
+    started = time.perf_counter()
+    # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
+    hardware = resolve_hardware(verl, gpus_visible if training else max(gpus_visible, 1))
+    if training:
+        check_gpus(hardware, gpus_visible, verl.trainer_n_gpus_per_node)
+    problems = check_verl(verl, data, hardware, train_prompts=train_rows,
+                          gpus_visible=gpus_visible if training else None,
+                          ray_address=inputs.ray_address)
+    if training:
+        problems += check_rollout_engine(verl)
+    values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
+              "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
+    launch = launch_overrides(values, inputs, reward,
+                              critic=verl.algorithm_adv_estimator == "gae",
+                              pip=requirements(verl.pypi_packages_override))
+    problems += _check_user_overrides(verl.overrides, launch)
+    overrides = hydra_overrides(values, [*launch, *verl.overrides])
+    try:
+        config = compose_verl_config(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        problems += _composition_problems(values, launch, verl.overrides, exc)
+        raise PreflightError(problems) from None
+    problems += validate_with_verl(config)
+    report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
+                              "training": training}
+    problems += _check_inputs(config, inputs, report)
+    if problems:
+        raise PreflightError(problems)
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    logger.info("verl preflight passed in %.1fs: %d GPU(s) x %d node(s), tensor parallel %d",
+                report["seconds"], hardware.gpus_per_node, hardware.nnodes,
+                hardware.tensor_parallel)
+    return VerlPlan(overrides=overrides, config=config, hardware=hardware, report=report)
+
+
+def train_verl(overrides: list[str], run_id: str | None,
+               scratch_dir: str | Path) -> tuple[dict[str, Any], Path]:
+    """Launch verl's ``run_ppo`` with its TaskRunner on Ray, then export the LoRA adapter.
+
+    verl starts a local Ray unless the overrides name a cluster (``ray_kwargs.ray_init.
+    address``), applying its own runtime_env merged with ours (MLflow, pip). With
+    ``MLFLOW_RUN_ID`` verl's per-step metrics land in the train stage's MLflow run.
+    ``trainer.resume_mode`` is ``auto``: a rerun continues from the newest checkpoint.
+
+    Args:
+        overrides: The checked overrides (:attr:`VerlPlan.overrides`).
+        run_id: The train stage's MLflow run, or None.
+        scratch_dir: Where the adapter is exported before the catalog moves it.
+
+    Returns:
+        The run summary, and the folder for ``lora_adapter``: the adapter in peft's layout,
+        or (full fine-tuning) only ``training_run.json``, so merge converts the checkpoint.
+    """
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
+    checkpoints = Path(config.trainer.default_local_dir)
+    resumed_from = _latest_step(checkpoints)
+    if resumed_from:
+        logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
+    started = time.perf_counter()
+    if config.trainer.use_v1:
+        run_ppo(config, task_runner_class=TaskRunnerV1)
+    else:
+        from verl.trainer.main_ppo_v0 import TaskRunner
+
+        run_ppo(config, task_runner_class=TaskRunner)
+    summary = {"engine": "verl", "steps": _latest_step(checkpoints),
+               "resumed_from_step": resumed_from,
+               "seconds": round(time.perf_counter() - started, 1),
+               "checkpoints": str(checkpoints), "mlflow_run_id": run_id,
+               "command": command_line(overrides)}
+    lora = config.actor_rollout_ref.model.lora_rank > 0
+    return summary, export_adapter(checkpoints, scratch_dir, summary, lora=lora)
+
+
+def export_adapter(checkpoints: Path, scratch_dir: str | Path, summary: dict[str, Any],
+                   *, lora: bool) -> Path:
+    """The newest checkpoint's LoRA adapter, through verl's model merger (runs on CPU)."""
+    actor = latest_actor_checkpoint(checkpoints)
+    if actor is None:
+        raise RuntimeError(f"verl finished without a checkpoint in {checkpoints} "
+                           f"({LATEST} is missing); set train.verl.trainer_save_freq")
+    Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+    # Hidden names: a crash leaves nothing that looks like an adapter; the catalog moves it.
+    out = Path(tempfile.mkdtemp(prefix=".lora-adapter-", dir=scratch_dir))
+    try:
+        if lora:
+            with tempfile.TemporaryDirectory(prefix=".convert-", dir=scratch_dir) as scratch:
+                converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
+                for item in (converted / "lora_adapter").iterdir():
+                    item.rename(out / item.name)
+        (out / TRAINING_RUN).write_text(json.dumps(
+            {**summary, "checkpoint": str(actor), "lora": lora}, indent=2))
+        return out
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _latest_step(checkpoints: Path) -> int:
+    marker = checkpoints / LATEST
+    return int(marker.read_text().strip()) if marker.is_file() else 0
+
+
+def _check_user_overrides(user: list[str], launch: list[str]) -> list[Problem]:
+    owned = owned_keys(launch)
+    problems = []
+    for override in user:
+        if "=" not in override:
+            problems.append(Problem("overrides", override, "'key=value' Hydra overrides"))
+        elif override_key(override) in owned:
+            problems.append(Problem("overrides", override, f"a key no parameter sets: "
+                                    f"{override_key(override)} is set by "
+                                    f"{owned[override_key(override)]}"))
+    return problems
+
+
+def _composition_problems(values: dict[str, Any], launch: list[str], user: list[str],
+                          exc: Exception) -> list[Problem]:
+    # Hydra stops at the first bad key; compose each user override alone to name them all.
+    base = hydra_overrides(values, launch)
+    try:
+        compose_verl_config(base)
+    except (HydraException, OmegaConfBaseException) as base_exc:
+        return [Problem("overrides", None, f"verl's config did not compose: {base_exc}")]
+    problems = []
+    for override in user:
+        if "=" not in override:
+            continue  # already reported as malformed
+        try:
+            compose_verl_config([*base, override])
+        except (HydraException, OmegaConfBaseException) as one:
+            problems.append(Problem("overrides", override, f"a key of verl's config (prefix "
+                                    f"'+' to add a new one): {_first_line(one)}"))
+    return problems or [Problem("overrides", user, f"verl's config did not compose: {exc}")]
+
+
+def _check_inputs(config: DictConfig, inputs: LaunchInputs,
+                  report: dict[str, Any]) -> list[Problem]:
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(inputs.model_path)
+    except (OSError, ValueError) as exc:
+        return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
+                        f"chat template: {exc}", group="catalog")]
+    problems = check_chat_template(tokenizer, inputs.model_path)
+    prompt_problems, report["prompts"], rows = check_prompts(config, tokenizer)
+    problems += prompt_problems
+    if rows:
+        reward_problems, report["reward"] = check_reward(config, tokenizer, rows[:8])
+        problems += reward_problems
+        if report["reward"].get("warning"):
+            logger.warning("preflight: %s", report["reward"]["warning"])
+    return problems
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def tracking_uri_for_workers(uri: str | None) -> str | None:
+    """The tracking URI with a relative SQLite or file path made absolute.
+
+    verl's MLflow logger runs in a Ray actor whose working directory is not the project's.
+    """
+    if not uri:
+        return None
+    for prefix in ("sqlite:///", "file://"):
+        if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+            return prefix + str(Path(uri[len(prefix):]).absolute())
+    if "://" not in uri and not os.path.isabs(uri):
+        return str(Path(uri).absolute())
+    return uri
+
+
+def resolved_config_yaml(plan: VerlPlan) -> str:
+    """The resolved config, headed by how to launch it without Kedro."""
+    return (f"# verl {_verl_version()} config composed by rl_pipeline's preflight.\n"
+            f"# Launch it without Kedro: see train_command.sh beside this file.\n"
+            + resolved_yaml(plan.config))
+
+
+def _verl_version() -> str:
+    import verl
+
+    return getattr(verl, "__version__", "?")

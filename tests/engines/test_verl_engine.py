@@ -1,0 +1,163 @@
+"""The verl engine's preflight with real inputs: verl's Hydra config, its validate_config,
+its RLHFDataset on our parquet, and its reward manager on our reward; a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
+from rl_pipeline.data.prompts import to_verl_frame
+from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.verl_config import LaunchInputs
+from rl_pipeline.engines.verl_engine import export_adapter, plan_verl, tracking_uri_for_workers
+from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.verl_preflight import GPUsNeededError, PreflightError
+from tests.conftest import read_gsm8k
+
+# A configuration a one-GPU machine can run, for the tiny parquet files below.
+SMALL = {"data_train_batch_size": 8, "actor_ppo_mini_batch_size": 8,
+         "actor_rft_mini_batch_size": 8, "actor_ppo_micro_batch_size_per_gpu": 4,
+         "actor_rft_micro_batch_size_per_gpu": 4, "trainer_n_gpus_per_node": 1,
+         "rollout_tensor_model_parallel_size": 1}
+
+
+def _prompts(path: Path, n: int, split: str) -> str:
+    records = read_gsm8k(n=n)
+    work = pd.DataFrame({"question": [r["question"] for r in records],
+                         "answer": [r["answer"] for r in records],
+                         "ground_truth": [r["answer"].split("#### ")[-1] for r in records]})
+    to_verl_frame(work, DataPrepParams(), split, "images").to_parquet(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_model_dir) -> LaunchInputs:
+    root = tmp_path_factory.mktemp("verl_inputs")
+    return LaunchInputs(train_files=_prompts(root / "train.parquet", 16, "train"),
+                        val_files=_prompts(root / "val.parquet", 6, "test"),
+                        model_path=str(tiny_model_dir),
+                        checkpoints_dir=str(root / "checkpoints"),
+                        tracking_uri=f"sqlite:///{root}/mlflow.db")
+
+
+def _plan(inputs, verl=None, reward=None, **kwargs):
+    return plan_verl(VerlParams(**{**SMALL, **(verl or {})}), DataParams(),
+                     reward or RewardParams(), inputs,
+                     **{"gpus_visible": 0, "training": False, "train_rows": 16, **kwargs})
+
+
+def test_plan_composes_checks_and_wires_the_catalog(inputs) -> None:
+    plan = _plan(inputs, {"pypi_packages_override": "transformers==5.10.4, peft>=0.17"})
+    config = plan.config
+    assert config.data.train_files == inputs.train_files
+    assert config.actor_rollout_ref.model.path == inputs.model_path
+    assert config.trainer.default_local_dir == inputs.checkpoints_dir
+    assert config.trainer.resume_mode == "auto"
+    assert list(config.trainer.logger) == ["console", "mlflow"]
+    assert config.reward.custom_reward_function.path == "pkg://rl_pipeline.rewards.scoring"
+    runtime_env = config.ray_kwargs.ray_init.runtime_env
+    assert runtime_env.env_vars.MLFLOW_TRACKING_URI == inputs.tracking_uri
+    assert list(runtime_env.pip) == ["transformers==5.10.4", "peft>=0.17"]
+    assert not config.critic.get("enable")
+    # verl's reward path scored the reference answers 1 and empty responses 0 (GSM8K strict).
+    assert plan.report["reward"]["reference_mean"] == 1.0
+    assert plan.report["reward"]["empty_mean"] == 0.0
+    assert plan.report["prompts"]["train_prompts"]["rows_checked"] == 16
+    assert plan.command.startswith("python -m verl.trainer.main_ppo ")
+
+
+def test_gae_configures_a_critic_on_the_same_model(inputs) -> None:
+    config = _plan(inputs, {"algorithm_adv_estimator": "gae"}).config
+    assert config.critic.model.path == inputs.model_path
+    assert config.critic.ppo_micro_batch_size_per_gpu == SMALL["actor_ppo_micro_batch_size_per_gpu"]
+
+
+def test_extra_overrides_are_composed_and_checked_together(inputs) -> None:
+    config = _plan(inputs, {"overrides": ["trainer.max_actor_ckpt_to_keep=2"]}).config
+    assert config.trainer.max_actor_ckpt_to_keep == 2
+    with pytest.raises(PreflightError) as err:
+        _plan(inputs, {"overrides": ["trainer.no_such_key=1", "data.train_batch_size=4",
+                                     "trainer.default_local_dir=/tmp/x", "not an override"]})
+    message = str(err.value)
+    assert "train.verl.overrides='trainer.no_such_key=1'" in message
+    assert "is set by train.verl.data_train_batch_size" in message
+    assert "trainer.default_local_dir is set by the catalog" in message
+    assert "'key=value'" in message
+    assert len(err.value.problems) == 4
+
+
+def test_a_reward_that_raises_fails_preflight_naming_it(inputs, tmp_path) -> None:
+    broken = tmp_path / "broken_reward.py"
+    broken.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return 1 / 0\n")
+    reward = RewardParams(custom_reward_function={"path": str(broken), "name": "score"})
+    with pytest.raises(PreflightError, match=r"reward.custom_reward_function.name='score'.*"
+                                             r"ZeroDivisionError"):
+        _plan(inputs, reward=reward)
+
+
+def test_data_longer_than_the_limit_is_named(inputs) -> None:
+    with pytest.raises(PreflightError, match=r"data.data_max_prompt_length=16: at least the "
+                                             r"longest prompt of train_prompts"):
+        plan_verl(VerlParams(**SMALL), DataParams(data_max_prompt_length=16,
+                                                  data_filter_overlong_prompts=False),
+                  RewardParams(), inputs, gpus_visible=0, training=False, train_rows=16)
+
+
+def test_a_file_verl_cannot_read_is_named(inputs, tmp_path) -> None:
+    bad = tmp_path / "not.parquet"
+    bad.write_text("no parquet here")
+    wrong = LaunchInputs(**{**vars(inputs), "train_files": str(bad)})
+    with pytest.raises(PreflightError, match=r"catalog.train_prompts=.*RLHFDataset"):
+        _plan(wrong)
+
+
+def test_training_without_gpus_stops_first_with_one_message(inputs) -> None:
+    with pytest.raises(GPUsNeededError) as err:
+        plan_verl(VerlParams(), DataParams(), RewardParams(), inputs, gpus_visible=0,
+                  training=True)
+    message = str(err.value)
+    assert "verl needs 8 CUDA GPU(s)" in message and "has 0" in message
+    assert "train.engine: trl" in message
+
+
+def test_auto_resolves_on_this_machine_and_is_reported(inputs) -> None:
+    plan = _plan(inputs, {"trainer_n_gpus_per_node": "auto",
+                          "rollout_tensor_model_parallel_size": "auto"})
+    assert plan.report["hardware"] == {"gpus_per_node": 1, "nnodes": 1, "tensor_parallel": 1}
+    assert plan.config.trainer.n_gpus_per_node == 1
+
+
+def test_relative_tracking_uris_are_made_absolute(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert tracking_uri_for_workers("sqlite:///mlflow.db") == f"sqlite:///{tmp_path}/mlflow.db"
+    assert tracking_uri_for_workers("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+    assert tracking_uri_for_workers("http://host:5000") == "http://host:5000"
+
+
+def test_full_fine_tuning_export_records_the_run_only(tiny_model_dir, tmp_path) -> None:
+    from tests.merge.test_fsdp import _verl_checkpoint
+
+    checkpoints = tmp_path / "checkpoints"
+    actor, _ = _verl_checkpoint(tiny_model_dir, checkpoints, step=4)
+    out = export_adapter(checkpoints, tmp_path / "scratch", {"steps": 4}, lora=False)
+    assert [p.name for p in out.iterdir()] == [TRAINING_RUN]
+    record = json.loads((out / TRAINING_RUN).read_text())
+    assert record["checkpoint"] == str(actor) and record["lora"] is False
+
+
+def test_export_without_a_checkpoint_says_what_to_set(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="trainer_save_freq"):
+        export_adapter(tmp_path, tmp_path / "scratch", {}, lora=True)
+
+
+def test_resolved_config_is_yaml_verl_can_read(inputs) -> None:
+    from rl_pipeline.engines.verl_engine import resolved_config_yaml
+
+    text = resolved_config_yaml(_plan(inputs))
+    assert OmegaConf.create(text).data.train_batch_size == SMALL["data_train_batch_size"]
