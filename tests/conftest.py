@@ -85,3 +85,17 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     assert SMOLLM2_GGUF.exists(), "run `make model` to fetch SmolLM2-135M-Instruct"
     return resolve_model(SMOLLM2_GGUF, RESOLVED_CACHE).path
+
+
+def gsm8k_prompts(n: int, split: str = "train", path: Path = GSM8K_TRAIN):
+    """The first ``n`` GSM8K records as prompt rows in verl's schema (what data_prep writes)."""
+    import pandas as pd
+
+    from rl_pipeline.config import DataPrepParams
+    from rl_pipeline.data.prompts import to_verl_frame
+
+    records = read_gsm8k(path, n=n)
+    work = pd.DataFrame({"question": [r["question"] for r in records],
+                         "answer": [r["answer"] for r in records],
+                         "ground_truth": [r["answer"].split("#### ")[-1] for r in records]})
+    return to_verl_frame(work, DataPrepParams(), split, "images")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from rl_pipeline.config import PARAMETER_GROUPS, ParamGroup
+from rl_pipeline.engines.trl_params import TrlParams
 from rl_pipeline.engines.verl_params import VerlParams
 
 
@@ -21,6 +22,7 @@ class TrainParams(ParamGroup):
         None, description="verl: an existing Ray cluster ('auto', 'ray://host:10001'); null "
         "uses RAY_ADDRESS when set, else starts a local Ray. Set it in conf/local.")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
+    trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
 
 
 def choose_engine(engine: str, gpus_visible: int) -> tuple[str, str]:

@@ -21,12 +21,15 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from rl_pipeline.config import ParamGroup
+from rl_pipeline.engines.verl_params import ADV_ESTIMATORS
 
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", "sgd", "adagrad",
               "rmsprop", "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
                  "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
 # TRL 1.16's GRPOConfig.loss_type values (grpo_trainer._compute_loss).
+# REINFORCE++ through a small GRPOTrainer subclass (trl_engine.trainer_class).
+TRL_ESTIMATORS = ("grpo", "reinforce_plus_plus")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
@@ -118,10 +121,20 @@ class TrlParams(ParamGroup):
     vllm_mode: Literal["colocate", "server"] = Field(
         "colocate", description="Ours. vLLM in the training process (colocate) or a separate "
         "`trl vllm-serve` server (server).")
-    algorithm_adv_estimator: Literal["grpo", "reinforce_plus_plus"] = Field(
+    algorithm_adv_estimator: str = Field(
         "grpo", description="Ours. Advantages: grpo (reward minus the group mean, scaled per "
         "scale_rewards) or reinforce_plus_plus (reward minus the batch mean over the batch std, "
         "no per-group baseline; verl's name).")
+
+    @field_validator("algorithm_adv_estimator")
+    @classmethod
+    def _trl_estimators(cls, value: str) -> str:
+        if value in TRL_ESTIMATORS:
+            return value
+        where = ("it runs on the verl engine: set train.engine: verl and "
+                 "train.verl.algorithm_adv_estimator" if value in ADV_ESTIMATORS
+                 else f"the verl engine has {', '.join(ADV_ESTIMATORS)}")
+        raise ValueError(f"the trl engine implements {' and '.join(TRL_ESTIMATORS)}; {where}")
 
     @field_validator("scale_rewards", mode="before")
     @classmethod

@@ -41,7 +41,7 @@ class PreflightError(ConfigError):
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        super().__init__(f"verl preflight: {len(problems)} problem(s):\n"
+        super().__init__(f"train preflight: {len(problems)} problem(s):\n"
                          + "\n".join(f"  - {p}" for p in problems))
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import pandas as pd
 import pyarrow.parquet as pq
 import torch
+from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError, DataParams, RewardParams, parse_params
+from rl_pipeline.config import DataParams, RewardParams, parse_params
 from rl_pipeline.engines.train_params import TrainParams, choose_engine
+from rl_pipeline.engines.trl_engine import plan_trl, reward_curve, train_trl
 from rl_pipeline.engines.verl_config import LaunchInputs
 from rl_pipeline.engines.verl_engine import (
     plan_verl,
@@ -50,22 +53,37 @@ def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model:
                       train, data, reward, training=True)
 
 
-def train_model(plan: dict[str, Any], train_checkpoints_dir: str,
-                train: dict[str, Any]) -> tuple[str, dict[str, Any], Metrics]:
-    """Train with the planned engine; checkpoints go to ``train_checkpoints``.
+def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
+                base_model: str, train_checkpoints_dir: str, train: dict[str, Any],
+                reward: dict[str, Any]) -> tuple[str, dict[str, Any], Metrics, Figure]:
+    """Train with the planned engine; checkpoints go to ``train_checkpoints``, and a rerun
+    resumes from the newest one.
 
     Returns:
-        The folder for ``lora_adapter``, the run summary, and its numbers as metrics.
+        The folder for ``lora_adapter``, the run summary, its numbers as metrics, and the
+        reward curve.
     """
-    parse_params(TrainParams, train, "train")
-    if plan["engine"] != "verl":
-        raise ConfigError(f"train.engine={plan['engine']!r} cannot train yet; use verl")
+    params = parse_params(TrainParams, train, "train")
+    scratch = Path(train_checkpoints_dir).parent
     run = mlflow.active_run()
-    summary, adapter = train_verl(plan["overrides"], run.info.run_id if run else None,
-                                  scratch_dir=Path(train_checkpoints_dir).parent)
+    if plan["engine"] == "verl":
+        summary, adapter = train_verl(plan["overrides"], run.info.run_id if run else None,
+                                      scratch_dir=scratch)
+        curve = reward_curve(_verl_reward_history(run.info.run_id) if run else [])
+    else:
+        summary, adapter, curve = train_trl(
+            params.trl, parse_params(RewardParams, reward, "reward"), train_prompts,
+            val_prompts, base_model, train_checkpoints_dir, scratch_dir=scratch)
     metrics = {name: {"value": float(summary[name]), "step": 0}
                for name in ("steps", "seconds", "resumed_from_step")}
-    return str(adapter), summary, metrics
+    return str(adapter), summary, metrics, curve
+
+
+def _verl_reward_history(run_id: str) -> list[dict[str, float]]:
+    # verl logs its mean sequence score per step as critic/score/mean (GRPO included).
+    client = mlflow.MlflowClient()
+    mean = client.get_metric_history(run_id, "critic/score/mean")
+    return [{"step": m.step, "reward": m.value} for m in sorted(mean, key=lambda m: m.step)]
 
 
 def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
@@ -78,15 +96,21 @@ def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
     gpus = torch.cuda.device_count()
     engine, why = choose_engine(params.engine, gpus)
     logger.info("Engine: %s (%s)", engine, why)
-    if engine != "verl":
-        raise ConfigError(f"train.engine={engine!r} ({why}) cannot train yet; use verl")
+    rows = pq.ParquetFile(train_prompts_file).metadata.num_rows
+    if engine == "trl":
+        report, config_yaml = plan_trl(params.trl, reward_params, train_prompts_file,
+                                       base_model, train_checkpoints_dir, rows)
+        command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
+                   "kedro run --pipeline train --params train.engine=trl\n")
+        report = {"engine": engine, "engine_reason": why, "train_prompts": rows, **report}
+        return ({"engine": engine}, report, config_yaml, command,
+                {"train_prompts": {"value": float(rows), "step": 0}})
     inputs = LaunchInputs(
         train_files=train_prompts_file, val_files=val_prompts_file,
         model_path=str(Path(base_model).absolute()),
         checkpoints_dir=train_checkpoints_dir,
         tracking_uri=tracking_uri_for_workers(mlflow.get_tracking_uri()),
         ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None)
-    rows = pq.ParquetFile(train_prompts_file).metadata.num_rows
     plan = plan_verl(params.verl, data_params, reward_params, inputs, gpus_visible=gpus,
                      training=training, train_rows=rows)
     report = {"engine": engine, "engine_reason": why, **plan.report,

@@ -18,8 +18,9 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=train_model,
-            inputs=["train_plan", "train_checkpoints_dir", "params:train"],
-            outputs=["lora_adapter", "train_summary", "train_metrics"],
+            inputs=["train_plan", "train_prompts", "val_prompts", "base_model",
+                    "train_checkpoints_dir", "params:train", "params:reward"],
+            outputs=["lora_adapter", "train_summary", "train_metrics", "reward_curve"],
             name="train_model_node",
         ),
     ])

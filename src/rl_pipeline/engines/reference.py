@@ -1,0 +1,621 @@
+"""The parameter reference, ``docs/parameters.md``, generated from the code so it cannot drift.
+
+Regenerate it with::
+
+    python -m rl_pipeline.engines.reference > docs/parameters.md
+
+Sources: the three specs' parameter tables (:data:`SPECS`, checked against the spec files by
+``tests/engines/test_param_reference.py``), the parameter models (``VerlParams``,
+``TrlParams``, ``DataParams``, ``DataPrepParams``, ``TrainParams``), the spec -> engine
+tables (:data:`rl_pipeline.engines.verl_config.MAPPING`,
+:data:`rl_pipeline.engines.trl_config.MAPPING`), ``conf/base/catalog.yml`` and
+:data:`EQUIVALENTS`, the parameters of one engine that mean the same as one of the other's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl_pipeline.config import DataParams, DataPrepParams, ParamGroup
+from rl_pipeline.engines import trl_config, verl_config
+from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.engines.trl_params import TrlParams
+from rl_pipeline.engines.verl_params import VerlParams
+
+CATALOG_FILE = Path(__file__).resolve().parents[3] / "conf" / "base" / "catalog.yml"
+REGENERATE = "python -m rl_pipeline.engines.reference > docs/parameters.md"
+
+
+def _table(text: str) -> tuple[tuple[str, str], ...]:
+    """``name default`` lines -> ((name, default), ...)."""
+    return tuple((name, default) for name, default in
+                 (line.split() for line in text.strip().splitlines()))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One component spec: its name, file (in the shared spec folder), engine, parameters.
+
+    ``params`` is the spec's parameter tables, in order, with each default as the spec
+    writes it ('-': none).
+    """
+
+    name: str
+    file: str
+    engine: str
+    params: tuple[tuple[str, str], ...]
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("verl_trainer_component", "verl_trainer_component.md", "verl", _table("""
+        ENGINE                                     vllm
+        data_train_files                           -
+        data_val_files                             -
+        data_train_batch_size                      512
+        data_max_prompt_length                     1024
+        data_max_response_length                   2048
+        data_filter_overlong_prompts               true
+        data_truncation                            error
+        data_image_key                             images
+        actor_model_path                           -
+        actor_optim_lr                             3e-6
+        actor_model_use_remove_padding             true
+        actor_strategy                             fsdp2
+        actor_fsdp_config_offload_policy           true
+        actor_ppo_mini_batch_size                  128
+        actor_ppo_micro_batch_size_per_gpu         10
+        actor_model_lora_rank                      64
+        actor_model_lora_alpha                     32
+        actor_model_target_modules                 all-linear
+        actor_model_exclude_modules                .*visual.*
+        actor_use_kl_loss                          true
+        actor_kl_loss_coef                         0.01
+        actor_kl_loss_type                         low_var_kl
+        actor_entropy_coeff                        0
+        actor_model_enable_gradient_checkpointing  true
+        actor_fsdp_param_offload                   false
+        actor_fsdp_optimizer_offload               false
+        rollout_log_prob_micro_batch_size_per_gpu  20
+        rollout_tensor_model_parallel_size         2
+        rollout_name                               vllm
+        rollout_dtype                              float16
+        rollout_disable_mm_preprocessor_cache      true
+        rollout_gpu_memory_utilization             0.6
+        rollout_enable_chunked_prefill             false
+        rollout_enforce_eager                      false
+        rollout_free_cache_engine                  false
+        rollout_n                                  5
+        ref_log_prob_micro_batch_size_per_gpu      20
+        ref_fsdp_param_offload                     true
+        algorithm_adv_estimator                    grpo
+        algorithm_use_kl_in_reward                 false
+        trainer_critic_warmup                      0
+        trainer_n_gpus_per_node                    8
+        trainer_nnodes                             1
+        trainer_save_freq                          20
+        trainer_test_freq                          5
+        trainer_total_epochs                       15
+        total_training_steps                       -
+    """)),
+    Spec("rft_trainer", "rft_trainer_component.md", "verl", _table("""
+        algorithm_adv_estimator                    grpo
+        algorithm_use_kl_in_reward                 false
+        trainer_n_gpus_per_node                    8
+        trainer_nnodes                             1
+        trainer_save_freq                          20
+        trainer_test_freq                          5
+        trainer_val_before_train                   true
+        trainer_total_epochs                       7
+        total_training_steps                       -
+        data_train_files                           -
+        data_val_files                             -
+        data_train_batch_size                      512
+        data_max_prompt_length                     1024
+        data_max_response_length                   2048
+        data_filter_overlong_prompts               true
+        data_truncation                            error
+        actor_model_path                           -
+        actor_optim_lr                             3e-6
+        actor_model_use_remove_padding             true
+        actor_strategy                             fsdp2
+        actor_fsdp_config_offload_policy           true
+        actor_rft_mini_batch_size                  128
+        actor_rft_micro_batch_size_per_gpu         10
+        actor_model_lora_rank                      64
+        actor_model_lora_alpha                     32
+        actor_model_target_modules                 all-linear
+        actor_use_kl_loss                          true
+        actor_kl_loss_coef                         0.01
+        actor_kl_loss_type                         low_var_kl
+        actor_entropy_coeff                        0.0
+        actor_model_enable_gradient_checkpointing  true
+        actor_fsdp_param_offload                   false
+        actor_fsdp_optimizer_offload               false
+        rollout_log_prob_micro_batch_size_per_gpu  20
+        rollout_tensor_model_parallel_size         2
+        rollout_dtype                              bfloat16
+        rollout_gpu_memory_utilization             0.6
+        rollout_enable_chunked_prefill             false
+        rollout_enforce_eager                      false
+        rollout_free_cache_engine                  false
+        rollout_n                                  5
+        rollout_temperature                        1.0
+        rollout_top_p                              1.0
+        rollout_top_k                              -1
+        rollout_do_sample                          true
+        rollout_val_temperature                    0.7
+        rollout_val_top_p                          0.7
+        rollout_val_top_k                          -1
+        ref_log_prob_micro_batch_size_per_gpu      20
+        ref_fsdp_param_offload                     true
+        pypi_packages_override                     -
+    """)),
+    Spec("group_relative_policy_optimization", "grpo_trl_component.md", "trl", _table("""
+        dataset_train_split                        -
+        dataset_validation_split                   -
+        model_name_or_path                         -
+        deepspeed_config                           -
+        dataset_name                               ''
+        dataset_prompt_column                      problem
+        apply_lora                                 true
+        beta                                       0.00
+        epsilon                                    0.5
+        num_iterations                             3
+        num_generations                            4
+        num_train_epochs                           4
+        max_steps                                  -1
+        per_device_train_batch_size                8
+        per_device_eval_batch_size                 8
+        gradient_accumulation_steps                1
+        learning_rate                              3e-06
+        warmup_ratio                               0.1
+        max_grad_norm                              1.0
+        optim                                      adamw_torch
+        lr_scheduler_type                          cosine
+        max_prompt_length                          512
+        max_completion_length                      256
+        temperature                                1.0
+        top_p                                      1.0
+        do_eval                                    false
+        eval_strategy                              no
+        eval_steps                                 1
+        logging_steps                              5
+        save_steps                                 100
+        save_total_limit                           20
+        shuffle_dataset                            true
+        use_liger_kernel                           false
+        vllm_gpu_memory_utilization                0.3
+        vllm_tensor_parallel_size                  1
+    """)),
+)
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """A trl-engine parameter and the verl-engine setting that means the same.
+
+    ``trl``: a grpo spec parameter or a ``train.trl`` field (ours). ``verl``: a
+    verl_trainer_component / rft_trainer parameter, or "" when no spec parameter carries it
+    and ``verl_keys`` (verl Hydra keys, set through ``train.verl.overrides``) do.
+    """
+
+    trl: str
+    verl: str = ""
+    verl_keys: tuple[str, ...] = ()
+    note: str = ""
+
+
+_ACTOR = "actor_rollout_ref.actor"
+_STEPS = ("Units differ: a TRL step is one optimizer update; a verl step is one batch of "
+          "data_train_batch_size prompts (ppo_epochs x data_train_batch_size / "
+          "actor_ppo_mini_batch_size updates).")
+
+EQUIVALENTS: tuple[Equivalent, ...] = (
+    # Model and LoRA
+    Equivalent("model_name_or_path", "actor_model_path",
+               note="Both are the catalog entry base_model: one base model for both engines."),
+    Equivalent("apply_lora", "actor_model_lora_rank",
+               note="apply_lora false (train all weights) is verl's actor_model_lora_rank 0."),
+    Equivalent("lora_rank", "actor_model_lora_rank",
+               note="peft's r. Defaults differ: 16 (ours, trl) and 64 (the verl specs)."),
+    Equivalent("lora_alpha", "actor_model_lora_alpha"),
+    Equivalent("lora_target_modules", "actor_model_target_modules",
+               note="Both become peft's target_modules."),
+    # GRPO algorithm
+    Equivalent("algorithm_adv_estimator", "algorithm_adv_estimator",
+               note="The trl engine implements grpo and reinforce_plus_plus only."),
+    Equivalent("beta", "actor_kl_loss_coef",
+               note="TRL's beta is the KL coefficient in the loss (0 loads no reference model); "
+               "verl applies actor_kl_loss_coef only with actor_use_kl_loss true, so beta 0 "
+               "is actor_use_kl_loss false. TRL's KL estimator is k3, verl's low_var_kl (k3 "
+               "clamped to [-10, 10])."),
+    Equivalent("epsilon", verl_keys=(f"{_ACTOR}.clip_ratio_low", f"{_ACTOR}.clip_ratio_high"),
+               note="TRL clips the ratio to [1 - epsilon, 1 + epsilon] (epsilon_high unset). "
+               "verl's loss reads clip_ratio_low and clip_ratio_high, which default to 0.2 "
+               "themselves, so actor.clip_ratio alone changes nothing: set both."),
+    Equivalent("num_iterations", verl_keys=(f"{_ACTOR}.ppo_epochs",),
+               note="Optimisation passes over each generated batch (mu); verl's default is 1."),
+    Equivalent("num_generations", "rollout_n"),
+    Equivalent("scale_rewards", verl_keys=("algorithm.norm_adv_by_std_in_grpo",),
+               note="group is true (both defaults), none is false; batch has no verl "
+               "counterpart for grpo."),
+    Equivalent("loss_type", verl_keys=(f"{_ACTOR}.loss_agg_mode",),
+               note="dapo ~ token-mean (verl's default), grpo ~ seq-mean-token-mean, dr_grpo ~ "
+               "seq-mean-token-sum-norm; TRL's other loss types have no verl mode."),
+    # Training
+    Equivalent("num_train_epochs", "trainer_total_epochs",
+               note="verl takes whole epochs; TRL accepts fractions."),
+    Equivalent("max_steps", "total_training_steps",
+               note="Both override the epochs; TRL's -1 is verl's null. " + _STEPS),
+    Equivalent("per_device_train_batch_size", "actor_ppo_micro_batch_size_per_gpu",
+               note="Completions per device per forward/backward. In TRL it also sizes the "
+               "generation batch (processes x per_device_train_batch_size x "
+               "gradient_accumulation_steps completions); in verl data_train_batch_size and "
+               "actor_ppo_mini_batch_size (prompts) do, and the accumulation follows."),
+    Equivalent("learning_rate", "actor_optim_lr"),
+    Equivalent("warmup_ratio", verl_keys=(f"{_ACTOR}.optim.lr_warmup_steps_ratio",),
+               note="verl uses the ratio while optim.lr_warmup_steps <= 0 (its default, -1); "
+               "verl's default ratio is 0."),
+    Equivalent("lr_scheduler_type", verl_keys=(f"{_ACTOR}.optim.lr_scheduler_type",),
+               note="verl knows constant (its default) and cosine only."),
+    Equivalent("max_grad_norm", verl_keys=(f"{_ACTOR}.optim.clip_grad",),
+               note="verl's FSDP engine reads optim.clip_grad (actor.grad_clip is not read)."),
+    Equivalent("optim", verl_keys=(f"{_ACTOR}.optim.optimizer",),
+               note="verl names a class of optim.optimizer_impl (torch.optim): adamw_torch is "
+               "AdamW, verl's default; TRL's other names have no direct verl value."),
+    # Text generation
+    Equivalent("max_prompt_length", "data_max_prompt_length",
+               note="TRL 1.16 dropped GRPOConfig.max_prompt_length: data_prep's filter and "
+               "truncation at data.data_max_prompt_length cap the prompts of both engines. "
+               "Set the two alike."),
+    Equivalent("max_completion_length", "data_max_response_length"),
+    Equivalent("temperature", "rollout_temperature"),
+    Equivalent("top_p", "rollout_top_p"),
+    # Evaluation, logging and saving
+    Equivalent("eval_steps", "trainer_test_freq",
+               note="TRL evaluates every eval_steps with eval_strategy steps; eval_strategy no "
+               "is trainer_test_freq -1. " + _STEPS),
+    Equivalent("save_steps", "trainer_save_freq",
+               note="verl's -1 never saves. " + _STEPS),
+    Equivalent("save_total_limit", verl_keys=("trainer.max_actor_ckpt_to_keep",),
+               note="null keeps every checkpoint in both."),
+    # Miscellaneous
+    Equivalent("shuffle_dataset", verl_keys=("data.shuffle",)),
+    Equivalent("use_liger_kernel", verl_keys=("actor_rollout_ref.model.use_liger",)),
+    Equivalent("vllm_gpu_memory_utilization", "rollout_gpu_memory_utilization",
+               note="TRL's applies with use_vllm only."),
+    Equivalent("vllm_tensor_parallel_size", "rollout_tensor_model_parallel_size",
+               note="TRL's applies with use_vllm only."),
+)
+
+
+@dataclass(frozen=True)
+class CatalogInput:
+    """A spec input that a catalog entry provides: the entries, the entry key that holds the
+    path (or name), and what each engine does with it."""
+
+    entries: tuple[str, ...]
+    key: str
+    verl: str
+    trl: str
+
+
+_PREP = "data_prep reads it; its prompts train both engines"
+_PREP_VAL = "data_prep reads it; its prompts validate both engines"
+_PREP_HF = "data_prep reads this Hugging Face dataset instead of the JSONL files"
+_SHARED_PREP = "data_prep: it builds the prompts of both engines"
+CATALOG_INPUTS: dict[str, CatalogInput] = {
+    "data_train_files": CatalogInput(
+        ("train_prompts",), "filepath",
+        "`data.train_files`: the newest `train_prompts` file (`train_prompts_file`)",
+        "trains on the same `train_prompts`"),
+    "data_val_files": CatalogInput(
+        ("val_prompts",), "filepath",
+        "`data.val_files`: the newest `val_prompts` file (`val_prompts_file`)",
+        "evaluates on the same `val_prompts` (with do_eval)"),
+    "actor_model_path": CatalogInput(
+        ("base_model",), "source", "`actor_rollout_ref.model.path`",
+        "the policy model (as model_name_or_path)"),
+    "model_name_or_path": CatalogInput(
+        ("base_model",), "source", "`actor_rollout_ref.model.path` (as actor_model_path)",
+        "the policy model"),
+    "dataset_train_split": CatalogInput(("raw_train",), "filepath", _PREP, _PREP),
+    "dataset_validation_split": CatalogInput(("raw_val",), "filepath", _PREP_VAL, _PREP_VAL),
+    "dataset_name": CatalogInput(("raw_train", "raw_val"), "dataset_name", _PREP_HF, _PREP_HF),
+}
+# The shared `data` parameters that data_prep applies (to the prompts of both engines).
+DATA_PREP_USES = frozenset({"data_max_prompt_length", "data_filter_overlong_prompts",
+                            "data_truncation", "data_image_key"})
+# verl spec parameters that are no verl key (verl_config.NOT_VERL_KEYS), and what they become.
+VERL_NOT_KEYS: dict[str, str] = {
+    "pypi_packages_override": "the Ray workers' `runtime_env` pip list",
+}
+
+# What the `train` group's own settings set.
+TRAIN_SETS: dict[str, str] = {
+    "ray_address": "verl: `ray_kwargs.ray_init.address`",
+}
+
+_HOMES: dict[str, tuple[tuple[str, type[ParamGroup]], ...]] = {
+    "verl": (("train.verl", VerlParams), ("data", DataParams)),
+    "trl": (("train.trl", TrlParams), ("data_prep", DataPrepParams)),
+}
+_RUNTIME = re.compile(r"\$\{runtime_params:(\w+),\s*(.*)\}")
+_REF = re.compile(r"\$\{(\w+)\}")
+
+
+def reference_markdown(catalog_file: Path = CATALOG_FILE) -> str:
+    """The parameter reference (``docs/parameters.md``) as Markdown."""
+    catalog = yaml.safe_load(catalog_file.read_text(encoding="utf-8"))
+    out = [
+        "# Parameter reference",
+        "",
+        f"Generated from the code; do not edit. Regenerate with `{REGENERATE}` "
+        "(`tests/engines/test_param_reference.py` fails while this file is stale).",
+        "",
+        "One section per component spec, one row per spec parameter in the spec's order:",
+        "",
+        "- **spec default**: as the spec's table writes it (`-`: none).",
+        "- **set in**: where the parameter lives here: a parameter (`train.verl.*`, "
+        "`train.trl.*`, the shared `data` group, `data_prep`) or a catalog entry "
+        "(`conf/base/catalog.yml`; `kedro run --params NAME=...` sets the runtime parameter "
+        "named).",
+        "- **our default**: the parameter model's default (the catalog's, for catalog "
+        "entries); `conf/*/parameters*.yml` may set other values.",
+        "- **verl** / **trl**: what the parameter sets in each engine: a verl Hydra key, a "
+        "TRL `GRPOConfig` field, or how it gets there. `=` names the other engine's "
+        "parameter that means the same ([equivalents](#equivalent-parameters)).",
+        "",
+    ]
+    for spec in SPECS:
+        out += _spec_section(spec, catalog)
+    out += _equivalents_section()
+    out += _ours_section()
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _spec_section(spec: Spec, catalog: dict[str, Any]) -> list[str]:
+    how = "" if spec.engine == "verl" else ", TRL's GRPOTrainer"
+    lines = [f"## {spec.name}", "",
+             f"Spec file `{spec.file}`; the {spec.engine} engine (`train.engine: "
+             f"{spec.engine}`{how}) trains with these parameters.", "",
+             "| parameter | spec default | set in | our default | verl | trl | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, default in spec.params:
+        where, ours = _home(spec, name, catalog)
+        if spec.engine == "verl":
+            verl, trl = _verl_own(name), _trl_for_verl(name)
+        else:
+            verl, trl = _verl_for_trl(name), _trl_own(name)
+        cells = [f"`{name}`", _code(default), where, ours, verl, trl,
+                 _notes(spec, name, default)]
+        lines.append(_row(cells))
+    return [*lines, ""]
+
+
+def _equivalents_section() -> list[str]:
+    lines = ["## Equivalent parameters", "",
+             "Parameters of the two engines that mean the same (`EQUIVALENTS` in "
+             "`src/rl_pipeline/engines/reference.py`). A verl setting that no spec parameter "
+             "carries is set through `train.verl.overrides`.", "",
+             "| trl (`train.trl`) | verl | note |", "| --- | --- | --- |"]
+    grpo = _spec_names("trl")
+    for eq in EQUIVALENTS:
+        trl = f"`{eq.trl}`" + ("" if eq.trl in grpo else " (ours)")
+        lines.append(_row([trl, _verl_side(eq), eq.note or "-"]))
+    return [*lines, ""]
+
+
+def _ours_section() -> list[str]:
+    lines = ["## Our own parameters", "",
+             "Parameters of ours that no spec names (their descriptions come from the "
+             "parameter models). The other groups (`data_prep`, `reward`, `eval`, `merge`) "
+             "are described in `src/rl_pipeline/config.py`.", "",
+             "| parameter | default | description | sets | = |",
+             "| --- | --- | --- | --- | --- |"]
+    rows: list[tuple[str, str, Any, str, str]] = []
+    for name, field in TrainParams.model_fields.items():
+        if not _is_group(field.annotation):
+            rows.append((f"train.{name}", name, field, TRAIN_SETS.get(name, "-"), ""))
+    verl_spec = _spec_names("verl")
+    for name, field in VerlParams.model_fields.items():
+        if name not in verl_spec:
+            rows.append((f"train.verl.{name}", name, field,
+                         "more verl Hydra overrides" if name == "overrides" else "-", ""))
+    trl_spec = _spec_names("trl")
+    for name, field in TrlParams.model_fields.items():
+        if name not in trl_spec:
+            rows.append((f"train.trl.{name}", name, field, _trl_own(name),
+                         ", ".join(_verl_side(eq) for eq in _equivalents(trl=name))))
+    for where, _, field, sets, same in rows:
+        description = (field.description or "").removeprefix("Ours. ")
+        lines.append(_row([f"`{where}`", _code(_fmt(_default(field))), description, sets,
+                           same or "-"]))
+    return [*lines, ""]
+
+
+# ---------------------------------------------------------------- cells
+
+
+def _home(spec: Spec, name: str, catalog: dict[str, Any]) -> tuple[str, str]:
+    """Where a spec parameter lives here, and our default, as Markdown cells."""
+    if name in CATALOG_INPUTS:
+        entry = CATALOG_INPUTS[name]
+        value, runtime = _catalog_value(catalog, entry.entries[0], entry.key)
+        where = "catalog " + ", ".join(f"`{e}`" for e in entry.entries)
+        if runtime:
+            where += f" (`--params {runtime}=...`)"
+        return where, _code(value)
+    for prefix, model in _HOMES[spec.engine]:
+        if name in model.model_fields:
+            return f"`{prefix}.{name}`", _code(_fmt(_default(model.model_fields[name])))
+    raise LookupError(f"{spec.name} parameter {name!r} has no home: add it to a parameter "
+                      "model or to CATALOG_INPUTS")
+
+
+def _verl_own(name: str) -> str:
+    """The verl cell of a verl spec parameter."""
+    if name in CATALOG_INPUTS:
+        return CATALOG_INPUTS[name].verl
+    if name in VERL_NOT_KEYS:
+        return VERL_NOT_KEYS[name]
+    m = _verl_mappings()[name]
+    return f"`{m.key}`" + (" (not in verl's schema: added)" if m.add else "")
+
+
+def _trl_for_verl(name: str) -> str:
+    """The trl cell of a verl spec parameter."""
+    if name in CATALOG_INPUTS:
+        return CATALOG_INPUTS[name].trl
+    same = ", ".join(f"= `{eq.trl}`" for eq in _equivalents(verl=name))
+    if name in DATA_PREP_USES:
+        return "data_prep applies it to the prompts of both engines" + \
+            (f" ({same})" if same else "")
+    return same or "verl only"
+
+
+def _trl_own(name: str) -> str:
+    """The trl cell of a grpo spec parameter or a ``train.trl`` field."""
+    if name in CATALOG_INPUTS:
+        return CATALOG_INPUTS[name].trl
+    if _in_data_prep(name):
+        return _SHARED_PREP
+    m = {m.spec: m for m in trl_config.MAPPING}.get(name)
+    if m is not None:
+        return f"`GRPOConfig.{m.field}`" + (f" ({m.note})" if m.note else "")
+    return trl_config.NOT_GRPO_KEYS[name]
+
+
+def _verl_for_trl(name: str) -> str:
+    """The verl cell of a grpo spec parameter."""
+    if name in CATALOG_INPUTS:
+        return CATALOG_INPUTS[name].verl
+    if _in_data_prep(name):
+        return _SHARED_PREP
+    return ", ".join(_verl_side(eq) for eq in _equivalents(trl=name)) or "trl only"
+
+
+def _verl_side(eq: Equivalent) -> str:
+    if not eq.verl:
+        return "`train.verl.overrides`: " + ", ".join(f"`{k}`" for k in eq.verl_keys)
+    if eq.verl in CATALOG_INPUTS:
+        return f"= `{eq.verl}`"
+    home = "train.verl" if eq.verl in VerlParams.model_fields else "data"
+    return f"= `{home}.{eq.verl}` (`{_verl_mappings()[eq.verl].key}`)"
+
+
+def _notes(spec: Spec, name: str, default: str) -> str:
+    notes = []
+    if spec.engine == "verl" and name in _verl_mappings():
+        key = _verl_mappings()[name].key
+        aliases = [m.spec for m in verl_config.MAPPING if m.key == key and m.spec != name]
+        notes += [f"the same verl key as `{a}`" for a in aliases]
+    if name not in CATALOG_INPUTS:
+        ours = next(_default(model.model_fields[name]) for _, model in _HOMES[spec.engine]
+                    if name in model.model_fields)
+        if not _same_default(default, ours):
+            notes.append(_why_different(spec, name, ours))
+    return "; ".join(notes) or "-"
+
+
+def _why_different(spec: Spec, name: str, ours: Any) -> str:
+    for other in SPECS:
+        if other.engine == spec.engine and other is not spec:
+            theirs = dict(other.params).get(name)
+            if theirs is not None and _same_default(theirs, ours):
+                return f"our default is {other.name}'s (it wins where the specs differ)"
+    return "our default differs from the spec's"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _equivalents(*, trl: str = "", verl: str = "") -> list[Equivalent]:
+    """The equivalents of a trl name, or of a verl name (or a name with the same verl key)."""
+    if trl:
+        return [eq for eq in EQUIVALENTS if eq.trl == trl]
+    mappings = _verl_mappings()
+    key = mappings[verl].key if verl in mappings else None
+    return [eq for eq in EQUIVALENTS if eq.verl == verl or
+            (key is not None and eq.verl in mappings and mappings[eq.verl].key == key)]
+
+
+def _in_data_prep(name: str) -> bool:
+    """Whether a grpo spec parameter lives in the ``data_prep`` group (not in ``train.trl``)."""
+    return name in DataPrepParams.model_fields and name not in TrlParams.model_fields
+
+
+def _verl_mappings() -> dict[str, verl_config.Mapping]:
+    return {m.spec: m for m in verl_config.MAPPING}
+
+
+def _spec_names(engine: str) -> set[str]:
+    return {name for spec in SPECS if spec.engine == engine for name, _ in spec.params}
+
+
+def _catalog_value(catalog: dict[str, Any], entry: str, key: str) -> tuple[str, str | None]:
+    """A catalog entry's value (references and runtime-parameter defaults resolved), and the
+    runtime parameter that sets it, if any."""
+    value = str(catalog[entry][key])
+    if ref := _REF.fullmatch(value):
+        value = str(catalog[ref[1]])
+    if runtime := _RUNTIME.fullmatch(value):
+        default = runtime[2].strip()
+        return ("''" if default in ('""', "''") else default), runtime[1]
+    return value, None
+
+
+def _default(field: Any) -> Any:
+    return field.get_default(call_default_factory=True)
+
+
+def _is_group(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, ParamGroup)
+
+
+def _fmt(value: Any) -> str:
+    """A value as YAML writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def _same_default(default: str, value: Any) -> bool:
+    """Whether a value equals a spec default as the spec writes it ('-': none)."""
+    if default == "-":
+        return value is None
+    if isinstance(value, bool):
+        return default.lower() == str(value).lower()
+    if isinstance(value, int | float):
+        try:
+            return float(default) == float(value)
+        except ValueError:
+            return False
+    return default == str(value)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_markdown())

@@ -1,0 +1,340 @@
+"""The trl engine: GRPO (or REINFORCE++ advantages) with TRL's GRPOTrainer, on CPU or GPU.
+
+It takes what the verl engine takes (the prompt parquet in verl's schema, the base model,
+the ``reward`` group's function) and gives what it gives (checkpoints, a LoRA adapter with
+``training_run.json``, a summary), so merge and eval do not care which engine trained.
+Kedro-free: the train pipeline's nodes call :func:`check_trl` and :func:`train_trl`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from transformers import TrainerCallback
+
+from rl_pipeline.config import RewardParams
+from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.trl_config import grpo_config, lora_config
+from rl_pipeline.engines.trl_params import TrlParams
+from rl_pipeline.engines.verl_preflight import Problem
+from rl_pipeline.rewards import SafeReward, load_reward_function
+
+logger = logging.getLogger(__name__)
+_METRIC_NAME = re.compile(r"[^\w\-./ ]")
+
+
+def prompts_dataset(frame: pd.DataFrame) -> Any:
+    """verl-schema prompt rows as TRL's conversational dataset.
+
+    ``prompt`` holds the chat messages; ``data_source``, ``ground_truth`` and
+    ``extra_info`` (JSON text, as Arrow cannot hold free-form dicts) go to the reward.
+    """
+    from datasets import Dataset
+
+    return Dataset.from_dict({
+        "prompt": [[{"role": str(m["role"]), "content": str(m["content"])} for m in p]
+                   for p in frame["prompt"]],
+        "data_source": [str(s) for s in frame["data_source"]],
+        "ground_truth": [str(rm["ground_truth"]) for rm in frame["reward_model"]],
+        "extra_info": [json.dumps(_plain(e)) for e in frame.get("extra_info",
+                                                               [None] * len(frame))],
+    })
+
+
+class TrlReward:
+    """The ``reward`` group's function (verl's signature) as a TRL reward function."""
+
+    def __init__(self, reward: RewardParams) -> None:
+        fn = reward.custom_reward_function
+        self.safe = SafeReward(load_reward_function(fn.path, fn.name), strict=reward.strict)
+        self.__name__ = fn.name  # TRL names the per-function metrics after it
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 data_source: Sequence[str], ground_truth: Sequence[str],
+                 extra_info: Sequence[str], **_: Any) -> list[float]:
+        return [self.safe(source, _text(completion), truth, json.loads(info) or {})
+                for completion, source, truth, info in zip(completions, data_source,
+                                                           ground_truth, extra_info,
+                                                           strict=True)]
+
+
+class StepLogger(TrainerCallback):
+    """Logs each logged step's metrics to the active MLflow run as they happen.
+
+    transformers' own MLflowCallback would also log every TrainingArguments field as a
+    parameter and start a run of its own when none is active; the stage's run already holds
+    the parameters under their spec names, so only metrics are sent, prefixed ``train/``.
+    """
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, float]] = []
+        self._started = 0.0
+        self._step_seconds: list[float] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._step_seconds.append(time.perf_counter() - self._started)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        import mlflow
+
+        numbers = {k: float(v) for k, v in (logs or {}).items()
+                   if isinstance(v, int | float) and math.isfinite(v)}
+        if self._step_seconds:
+            numbers["step_time"] = float(np.mean(self._step_seconds))
+            self._step_seconds = []
+        if not numbers:
+            return
+        self.history.append({"step": state.global_step, **numbers})
+        if mlflow.active_run() is not None:
+            mlflow.log_metrics({f"train/{_METRIC_NAME.sub('_', k)}": v
+                                for k, v in numbers.items()}, step=state.global_step)
+
+
+def check_trl(params: TrlParams, train_rows: int, processes: int = 1) -> list[Problem]:
+    """Rules GRPOConfig and GRPOTrainer would only raise on later, named by spec parameter."""
+    problems = []
+
+    def fail(parameter: str, allowed: str) -> None:
+        problems.append(Problem(parameter, getattr(params, parameter), allowed,
+                                group="train.trl"))
+
+    batch = processes * params.per_device_train_batch_size * params.gradient_accumulation_steps
+    if batch % params.num_generations:
+        fail("num_generations", f"a divisor of the effective batch {batch} (processes "
+             f"{processes} x per_device_train_batch_size {params.per_device_train_batch_size} "
+             f"x gradient_accumulation_steps {params.gradient_accumulation_steps})")
+    if train_rows * params.num_generations < batch:
+        fail("per_device_train_batch_size", f"a batch that {train_rows} training prompts x "
+             f"{params.num_generations} generations can fill")
+    if params.do_eval and params.eval_strategy == "no":
+        fail("eval_strategy", "steps or epoch when do_eval is true")
+    return problems
+
+
+def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_path: str,
+             output_dir: str, train_rows: int) -> tuple[dict[str, Any], str]:
+    """Check a trl run before it starts: the rules above, TRL's own GRPOConfig checks, the
+    model's chat template and the reward on sample rows; all problems together.
+
+    Returns:
+        The report, and the resolved GRPOConfig and LoRA settings as YAML.
+
+    Raises:
+        PreflightError: Listing every problem.
+    """
+    import yaml
+
+    from rl_pipeline.engines.verl_preflight import PreflightError
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    problems = check_trl(params, train_rows)
+    report: dict[str, Any] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
+    config_yaml = ""
+    try:
+        config = grpo_config(params, output_dir, use_cpu=not torch.cuda.is_available())
+        lora = lora_config(params)
+        config_yaml = yaml.safe_dump({
+            "grpo_config": {k: v for k, v in config.to_dict().items()
+                            if isinstance(v, str | int | float | bool | type(None) | list)},
+            "peft_lora_config": (None if lora is None else
+                                 {"r": lora.r, "lora_alpha": lora.lora_alpha,
+                                  "lora_dropout": lora.lora_dropout,
+                                  "target_modules": sorted(lora.target_modules)
+                                  if isinstance(lora.target_modules, set | list)
+                                  else lora.target_modules})}, sort_keys=False)
+    except ValueError as exc:  # TRL's and transformers' own argument checks
+        problems.append(Problem("(GRPOConfig)", None, str(exc), group="train.trl"))
+    try:
+        load_tokenizer(model_path)
+    except (OSError, ValueError) as exc:
+        problems.append(Problem("base_model", model_path, f"a model with a fast tokenizer and "
+                                f"a chat template: {exc}", group="catalog"))
+    rows = pd.read_parquet(train_file).head(8)
+    try:
+        score = TrlReward(RewardParams(custom_reward_function=reward.custom_reward_function,
+                                       strict=True))
+        dataset = prompts_dataset(rows)
+        reference = score(dataset["prompt"], [f"#### {t}" for t in dataset["ground_truth"]],
+                          dataset["data_source"], dataset["ground_truth"],
+                          dataset["extra_info"])
+        empty = score(dataset["prompt"], [""] * len(rows), dataset["data_source"],
+                      dataset["ground_truth"], dataset["extra_info"])
+        report["reward"] = {"reference_mean": float(np.mean(reference)),
+                            "empty_mean": float(np.mean(empty)), "rows_scored": len(rows)}
+    except Exception as exc:  # user code: anything can come out
+        problems.append(Problem("name", reward.custom_reward_function.name, f"a reward "
+                                f"function that scores the training rows: {exc!r}",
+                                group="reward.custom_reward_function"))
+    if problems:
+        raise PreflightError(problems)
+    return report, config_yaml
+
+
+def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFrame,
+              val_prompts: pd.DataFrame | None, model_path: str, output_dir: str | Path,
+              scratch_dir: str | Path, callbacks: Sequence[TrainerCallback] = (),
+              ) -> tuple[dict[str, Any], Path, Figure]:
+    """Train, resuming from the newest checkpoint in ``output_dir`` when there is one.
+
+    Args:
+        params: ``train.trl``.
+        reward: The ``reward`` group.
+        train_prompts: ``train_prompts`` (verl's schema).
+        val_prompts: ``val_prompts``, used when ``do_eval``.
+        model_path: The resolved base model folder.
+        output_dir: ``train_checkpoints``: ``checkpoint-N`` folders (``save_steps``,
+            ``save_total_limit``); a rerun resumes from the newest.
+        scratch_dir: Where the adapter is written before the catalog moves it.
+        callbacks: Further trainer callbacks.
+
+    Returns:
+        The run summary, the folder for ``lora_adapter`` (the adapter in peft's layout, or
+        the whole model when ``apply_lora`` is false) and the reward curve.
+    """
+    from transformers import AutoTokenizer, set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    set_seed(params.seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    on_cpu = not torch.cuda.is_available()
+    config = grpo_config(params, str(output_dir), use_cpu=on_cpu, save_strategy="steps",
+                         logging_strategy="steps", disable_tqdm=False)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    step_logger = StepLogger()
+    trainer = trainer_class(params.algorithm_adv_estimator)(
+        model=model_path, reward_funcs=[TrlReward(reward)], args=config,
+        train_dataset=prompts_dataset(train_prompts),
+        eval_dataset=(prompts_dataset(val_prompts) if params.do_eval and val_prompts is not None
+                      else None),
+        processing_class=tokenizer, peft_config=lora_config(params),
+        callbacks=[step_logger, *callbacks])
+    last = get_last_checkpoint(str(output_dir))
+    resumed_from = trainer.state.global_step
+    if last:
+        resumed_from = int(Path(last).name.split("-")[-1])
+        logger.info("Resuming from %s", last)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=last)
+    seconds = time.perf_counter() - started
+
+    history = step_logger.history
+    summary = {"engine": "trl", "algorithm": params.algorithm_adv_estimator,
+               "steps": trainer.state.global_step, "max_steps": trainer.state.max_steps,
+               "resumed_from_step": resumed_from, "seconds": round(seconds, 1),
+               "checkpoints": str(output_dir), "device": "cpu" if on_cpu else "cuda",
+               "final_metrics": next(({k: v for k, v in h.items() if k != "step"}
+                                      for h in reversed(history) if "reward" in h), {}),
+               "first_reward": _first(history, "reward"), "last_reward": _first(
+                   history[::-1], "reward")}
+    Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=".lora-adapter-", dir=scratch_dir))
+    try:
+        trainer.save_model(str(out))
+        (out / TRAINING_RUN).write_text(json.dumps({**summary, "lora": params.apply_lora},
+                                                   indent=2))
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return summary, out, reward_curve(history)
+
+
+def reward_curve(history: list[dict[str, float]]) -> Figure:
+    """Mean reward per logged step, with a band of one standard deviation."""
+    figure = Figure(figsize=(7, 4))
+    axes = figure.subplots()
+    rows = [h for h in history if "reward" in h]
+    if rows:
+        steps = np.array([h["step"] for h in rows])
+        mean = np.array([h["reward"] for h in rows])
+        std = np.array([h.get("reward_std", 0.0) for h in rows])
+        axes.plot(steps, mean, marker="o", label="mean reward")
+        axes.fill_between(steps, mean - std, mean + std, alpha=0.2, label="± std")
+        axes.legend()
+    else:
+        axes.text(0.5, 0.5, "no reward logged", ha="center", va="center")
+    axes.set_xlabel("step")
+    axes.set_ylabel("reward")
+    axes.set_title("Training reward (trl engine)")
+    figure.tight_layout()
+    return figure
+
+
+@functools.cache
+def trainer_class(estimator: str) -> type:
+    """TRL's GRPOTrainer for ``grpo``; for ``reinforce_plus_plus`` a subclass with REINFORCE++
+    advantages. Built on first use: importing trl takes seconds."""
+    from trl import GRPOTrainer
+    from trl.trainer.utils import nanstd
+
+    if estimator == "grpo":
+        return GRPOTrainer
+
+    class ReinforcePlusPlusTrainer(GRPOTrainer):
+        """GRPOTrainer with REINFORCE++ advantages: each reward minus the mean of the whole
+        (global) batch, divided by the batch's standard deviation; no per-prompt baseline.
+
+        TRL 1.16 computes GRPO's group advantages inline in ``_generate_and_score_completions``
+        with no hook, so this keeps the gathered rewards from ``_calculate_rewards`` and
+        replaces the advantages after it returns (before TRL shuffles and splits the batch).
+        Both are private methods: trl is pinned, and a test checks the advantages.
+        """
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions,
+                                                 completion_ids_list)
+            self._gathered_rewards = rewards  # (global batch, reward functions)
+            return rewards
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            per_function = self._gathered_rewards
+            weights = self.reward_weights.to(per_function.device).unsqueeze(0)
+            rewards = (per_function * weights).nansum(dim=1)
+            rewards[torch.isnan(per_function).all(dim=1)] = torch.nan
+            advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + 1e-4)
+            advantages = torch.nan_to_num(advantages, nan=0.0)
+            n, rank = len(inputs), self.accelerator.process_index
+            out["advantages"] = advantages[rank * n:(rank + 1) * n]
+            return out
+
+    return ReinforcePlusPlusTrainer
+
+
+def _first(history: list[dict[str, float]], key: str) -> float | None:
+    return next((h[key] for h in history if key in h), None)
+
+
+def _text(completion: Any) -> str:
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", ...}]
+        return "".join(str(m.get("content", "")) for m in completion)
+    return str(completion)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,155 @@
+"""The trl engine on CPU with a tiny model made here: it learns, it resumes, REINFORCE++
+advantages, and its preflight."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from rl_pipeline.config import ConfigError, RewardParams, parse_params
+from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.trl_engine import (
+    check_trl,
+    plan_trl,
+    prompts_dataset,
+    train_trl,
+    trainer_class,
+)
+from rl_pipeline.engines.trl_params import TrlParams
+from rl_pipeline.engines.verl_preflight import PreflightError
+from tests.conftest import gsm8k_prompts
+
+# A task a random policy already earns some reward on: the share of digits in the reply.
+DIGITS = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+          "    chars = [c for c in solution_str if not c.isspace()]\n"
+          "    return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0\n")
+FAST = {"apply_lora": False, "num_generations": 8, "per_device_train_batch_size": 16,
+        "max_completion_length": 16, "num_iterations": 1, "beta": 0.0, "epsilon": 0.2,
+        "logging_steps": 1, "warmup_ratio": 0.0, "lr_scheduler_type": "constant", "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def digit_reward(tmp_path_factory) -> RewardParams:
+    path = tmp_path_factory.mktemp("reward") / "digits.py"
+    path.write_text(DIGITS)
+    return RewardParams(custom_reward_function={"path": str(path), "name": "score"})
+
+
+def _train(tmp_path: Path, model: Path, reward: RewardParams, callbacks=(), **params):
+    return train_trl(TrlParams(**{**FAST, **params}), reward, gsm8k_prompts(32), None,
+                     str(model), tmp_path / "checkpoints", tmp_path / "scratch",
+                     callbacks=callbacks)
+
+
+def _rewards(checkpoints: Path) -> list[float]:
+    state = json.loads((sorted(checkpoints.glob("checkpoint-*"),
+                               key=lambda p: int(p.name.split("-")[1]))[-1]
+                        / "trainer_state.json").read_text())
+    return [h["reward"] for h in state["log_history"] if "reward" in h]
+
+
+@pytest.mark.parametrize("learning_rate", [1e-2, 1e-12], ids=["training", "disabled"])
+def test_grpo_raises_the_mean_reward(tiny_model_dir, digit_reward, tmp_path,
+                                     learning_rate) -> None:
+    summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, max_steps=20,
+                                 save_steps=20, learning_rate=learning_rate)
+    rewards = _rewards(tmp_path / "checkpoints")
+    assert summary["steps"] == 20 and len(rewards) == 20
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert first > 0.02  # the random policy already earns some reward
+    improved = last > first + 0.2 and last > 2 * first
+    # The same assertion must fail when the optimizer cannot move the weights.
+    assert improved == (learning_rate > 1e-6), (first, last)
+    assert (adapter / "model.safetensors").is_file()  # apply_lora false: the whole model
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KillAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise _Killed(f"killed at step {self.step}")
+
+
+def test_a_killed_run_resumes_without_redoing_steps(tiny_model_dir, digit_reward,
+                                                    tmp_path) -> None:
+    settings = {"max_steps": 6, "save_steps": 2, "learning_rate": 1e-3, "apply_lora": True,
+                "lora_rank": 4, "lora_alpha": 8}
+    with pytest.raises(_Killed):
+        _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[_KillAt(3)], **settings)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint-*")) == \
+        ["checkpoint-2"]
+
+    class Steps(TrainerCallback):
+        done: list[int] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.done.append(state.global_step)
+
+    summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[Steps()],
+                                 **settings)
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
+    assert Steps.done == [3, 4, 5, 6]
+    assert (adapter / "adapter_config.json").is_file()
+    record = json.loads((adapter / TRAINING_RUN).read_text())
+    assert record["engine"] == "trl" and record["lora"] is True and record["steps"] == 6
+
+
+def test_reinforce_plus_plus_uses_the_batch_baseline(tiny_model_dir, digit_reward,
+                                                     tmp_path) -> None:
+    from rl_pipeline.engines.trl_config import grpo_config
+    from rl_pipeline.engines.trl_engine import TrlReward
+
+    params = TrlParams(**{**FAST, "per_device_train_batch_size": 8, "num_generations": 4,
+                          "algorithm_adv_estimator": "reinforce_plus_plus", "max_steps": 1})
+    dataset = prompts_dataset(gsm8k_prompts(2))
+    trainer = trainer_class("reinforce_plus_plus")(
+        model=str(tiny_model_dir), reward_funcs=[TrlReward(digit_reward)],
+        args=grpo_config(params, str(tmp_path), use_cpu=True), train_dataset=dataset)
+    inputs = [dataset[i] for i in range(2) for _ in range(4)]
+    out = trainer._generate_and_score_completions(inputs)
+    rewards = trainer._gathered_rewards[:, 0]
+    expected = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    assert torch.allclose(out["advantages"], expected, atol=1e-5)
+    # No per-prompt baseline: unlike GRPO, a group's advantages need not sum to zero.
+    group_means = out["advantages"].view(2, 4).mean(dim=1)
+    assert group_means.abs().max() > 1e-3 or rewards.view(2, 4).mean(dim=1).std() < 1e-6
+
+
+def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
+    frame = gsm8k_prompts(4)
+    train_file = tmp_path / "train.parquet"
+    frame.to_parquet(train_file)
+    broken = tmp_path / "broken.py"
+    broken.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    raise KeyError('answer')\n")
+    params = TrlParams(per_device_train_batch_size=6, num_generations=4)
+    reward = RewardParams(custom_reward_function={"path": str(broken), "name": "score"})
+    with pytest.raises(PreflightError) as err:
+        plan_trl(params, reward, str(train_file), str(tiny_model_dir), str(tmp_path), 4)
+    message = str(err.value)
+    assert "train.trl.num_generations=4: a divisor of the effective batch 6" in message
+    assert "reward.custom_reward_function.name='score'" in message and "KeyError" in message
+    report, config_yaml = plan_trl(TrlParams(), RewardParams(), str(train_file),
+                                   str(tiny_model_dir), str(tmp_path), 4)
+    assert report["reward"]["reference_mean"] == 1.0 and report["reward"]["empty_mean"] == 0.0
+    assert "num_generations: 4" in config_yaml and "r: 16" in config_yaml
+
+
+def test_trl_rules_and_estimators() -> None:
+    assert check_trl(TrlParams(), train_rows=100) == []
+    names = [p.parameter for p in check_trl(TrlParams(per_device_train_batch_size=3), 100)]
+    assert names == ["num_generations"]
+    assert [p.parameter for p in check_trl(TrlParams(), train_rows=1)] == \
+        ["per_device_train_batch_size"]
+    with pytest.raises(ConfigError, match=r"train.trl.algorithm_adv_estimator='gae'.*verl"):
+        parse_params(TrlParams, {"algorithm_adv_estimator": "gae"}, "train.trl")
