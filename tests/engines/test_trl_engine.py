@@ -90,15 +90,17 @@ def test_a_killed_run_resumes_without_redoing_steps(tiny_model_dir, digit_reward
         ["checkpoint-2"]
 
     class Steps(TrainerCallback):
-        done: list[int] = []
+        def __init__(self) -> None:
+            self.done: list[int] = []
 
         def on_step_end(self, args, state, control, **kwargs):
             self.done.append(state.global_step)
 
-    summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[Steps()],
+    steps = Steps()
+    summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[steps],
                                  **settings)
     assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
-    assert Steps.done == [3, 4, 5, 6]
+    assert steps.done == [3, 4, 5, 6]
     assert (adapter / "adapter_config.json").is_file()
     record = json.loads((adapter / TRAINING_RUN).read_text())
     assert record["engine"] == "trl" and record["lora"] is True and record["steps"] == 6

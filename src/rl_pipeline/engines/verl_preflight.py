@@ -146,7 +146,7 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
             fail(freq, "-1 (never) or a positive number of steps")
     if data.data_max_prompt_length + data.data_max_response_length > 131072:
         fail("data_max_response_length", "a prompt + response length within 131072 tokens")
-    for spec in _requirements(verl.pypi_packages_override):
+    for spec in requirements(verl.pypi_packages_override):
         try:
             Requirement(spec)
         except InvalidRequirement as exc:
@@ -190,10 +190,6 @@ def check_rollout_engine(verl: VerlParams) -> list[Problem]:
 
 def requirements(override: str | None) -> list[str]:
     """The requirement specifiers of ``pypi_packages_override``."""
-    return _requirements(override)
-
-
-def _requirements(override: str | None) -> list[str]:
     return [part.strip() for part in (override or "").split(",") if part.strip()]
 
 
