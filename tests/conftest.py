@@ -99,3 +99,17 @@ def gsm8k_prompts(n: int, split: str = "train", path: Path = GSM8K_TRAIN):
                          "answer": [r["answer"] for r in records],
                          "ground_truth": [r["answer"].split("#### ")[-1] for r in records]})
     return to_verl_frame(work, DataPrepParams(), split, "images")
+
+
+# A task a random policy already earns some reward on: the share of digits in the reply.
+DIGIT_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                "    chars = [c for c in solution_str if not c.isspace()]\n"
+                "    return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0\n")
+
+
+@pytest.fixture(scope="session")
+def digit_reward_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reward file (function ``score``) on which a tiny random model has signal."""
+    path = tmp_path_factory.mktemp("reward") / "digits.py"
+    path.write_text(DIGIT_REWARD)
+    return path

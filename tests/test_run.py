@@ -1,8 +1,9 @@
-"""End to end: `kedro run --pipeline data_prep` in a scratch copy of the project.
+"""End to end: `kedro run` in a scratch copy of the project.
 
-These run the real CLI with the default configuration, the real GSM8K files and the real
-default model's tokenizer (SmolLM2-135M-Instruct from its GGUF), and read the results the
-way verl and MLflow will.
+These run the real CLI with the project's configuration (the CPU environment, conf/cpu, as
+`make run` picks it on a machine without a GPU, unless a test says otherwise), the real
+GSM8K files and the real CPU model (SmolLM2-135M-Instruct from its GGUF), and read the
+results the way verl and MLflow will.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+from kedro.io.core import Version
 from omegaconf import OmegaConf
 
-from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, RESOLVED_CACHE
+from rl_pipeline.datasets.model_folder import ModelFolderDataset
+from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, RESOLVED_CACHE, SMOLLM2_GGUF
 
 pytestmark = pytest.mark.slow
+# The base configuration's model is a hub id; offline, the GPU-configuration tests use SmolLM2.
+SMOLLM2 = f"base_model={SMOLLM2_GGUF}"
 
 
 def make_project(root: Path) -> Path:
@@ -34,9 +39,9 @@ def make_project(root: Path) -> Path:
     shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
                     ignore=shutil.ignore_patterns("local"))
     # Share the resolved-model cache, so SmolLM2's GGUF is converted once for all tests.
-    catalog = project / "conf/base/catalog.yml"
-    catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
-                                                   f"resolved_dir: {RESOLVED_CACHE}"))
+    for catalog in project.glob("conf/*/catalog.yml"):
+        catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
+                                                       f"resolved_dir: {RESOLVED_CACHE}"))
     (project / "conf/local").mkdir()
     (project / "src").mkdir()  # the package itself is installed in the environment
     (project / "data").mkdir()
@@ -44,8 +49,10 @@ def make_project(root: Path) -> Path:
     return project
 
 
-def kedro_run(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kedro", "run", *args], cwd=project,
+def kedro_run(project: Path, *args: str, env: str | None = "cpu") -> subprocess.CompletedProcess:
+    """`kedro run` in ``project``; ``env=None`` runs the base (GPU) configuration."""
+    env_args = ["--env", env] if env else []
+    return subprocess.run([sys.executable, "-m", "kedro", "run", *env_args, *args], cwd=project,
                           capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "KEDRO_DISABLE_TELEMETRY": "true",
                                "COLUMNS": "200"})
@@ -115,7 +122,7 @@ def test_default_run_is_tracked_in_mlflow(default_run) -> None:
 
 
 def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path) -> None:
-    result = kedro_run(default_run, "--pipeline", "preflight")
+    result = kedro_run(default_run, "--pipeline", "preflight", "--params", SMOLLM2, env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reporting = default_run / "data/08_reporting"
     report = json.loads((reporting / "preflight_report.json").read_text())
@@ -144,7 +151,7 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
 
 
 def test_training_with_verl_on_a_cpu_stops_in_preflight(default_run) -> None:
-    result = kedro_run(default_run, "--pipeline", "train")
+    result = kedro_run(default_run, "--pipeline", "train", "--params", SMOLLM2, env=None)
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "verl needs 8 CUDA GPU(s) per node" in output and "this machine has 0" in output
@@ -215,28 +222,50 @@ def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
     assert not list(project.glob("data/05_model_input/*"))
 
 
-def test_full_default_run_evaluates_smollm2_and_logs_it(tmp_path) -> None:
+# The CPU run of `make run`, shortened: two training steps, short completions, four prompts.
+SHORT = ("train.trl.max_steps=2,train.trl.max_completion_length=24,train.trl.save_steps=1,"
+         "eval.max_prompts=4,eval.max_new_tokens=32")
+
+
+def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_path) -> None:
     project = make_project(tmp_path)
-    result = kedro_run(project, "--params", "eval.max_prompts=4,eval.max_new_tokens=48")
+    result = kedro_run(project, "--params", SHORT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
-    assert list(metrics) == ["base"]  # nothing trained yet
-    base = metrics["base"]
-    for key in ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1",
-                "flexible_pass_at_1", "mean_response_tokens", "truncation_rate",
-                "by_data_source", "reward_errors"):
-        assert key in base
-    assert base["prompts"] == 4 and 0 < base["mean_response_tokens"] <= 48
+    assert list(metrics) == ["base", "trained"]
+    for label in ("base", "trained"):
+        for key in ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1",
+                    "mean_response_tokens", "truncation_rate", "by_data_source",
+                    "reward_errors"):
+            assert key in metrics[label]
+        assert metrics[label]["prompts"] == 4
+        assert 0 < metrics[label]["mean_response_tokens"] <= 32
     report = (project / "data/08_reporting/eval_report.md").read_text()
-    assert "| metric | base |" in report
-    generations = pd.read_parquet(sorted(glob.glob(str(
-        project / "data/07_model_output/eval_generations.parquet/*/*.parquet")))[-1])
-    assert len(generations) == 4 and generations["response"].str.len().gt(0).all()
+    assert "| metric | base | trained | delta |" in report
+    merged = Path(ModelFolderDataset(path=str(project / "data/06_models/merged_model"),
+                                     version=Version(None, None)).load())
+    assert (merged / "model.safetensors").is_file()
+    merge_metadata = json.loads((merged / "merge_metadata.json").read_text())
+    assert merge_metadata["training_run"]["steps"] == 2
+    assert merge_metadata["training_run"]["engine"] == "trl"
 
-    client, (run,) = mlflow_runs(project)
-    assert run.info.status == "FINISHED"
-    assert run.data.metrics["base/strict_accuracy"] == base["strict_accuracy"]
-    assert run.data.metrics["data_prep.rows_out.val"] == 1319
-    assert run.data.params["eval.max_prompts"] == "4"
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
+    # One MLflow run per stage, in order, each with its own parameters, metrics and reports.
+    client, runs = mlflow_runs(project)
+    assert [r.info.run_name for r in runs] == ["data_prep", "train", "merge", "eval"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
+    prep, train, merge, evaluation = runs
+    assert prep.data.metrics["data_prep.rows_out.val"] == 1319
+    assert "eval.max_prompts" not in prep.data.params
+    assert train.data.params["train.engine"] == "trl"
+    assert train.data.params["reward.custom_reward_function.name"] == "gsm8k_format_credit"
+    steps = client.get_metric_history(train.info.run_id, "train/reward")
+    assert [m.step for m in steps] == [1, 2]
+    assert "train/reward_curve.png" in {a.path for a in client.list_artifacts(
+        train.info.run_id, "train")}
+    assert merge.data.metrics["merge.max_abs_diff"] <= merge.data.metrics["merge.tolerance"]
+    assert evaluation.data.metrics["trained/strict_accuracy"] == \
+        metrics["trained"]["strict_accuracy"]
+    assert evaluation.data.params["eval.max_prompts"] == "4"
+    artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}

@@ -110,8 +110,9 @@ class CustomRewardFunction(ParamGroup):
         "compute_score",
         description="The function's name. Built-ins: compute_score (by data_source: GSM8K "
         "strict, MATH via math-verify, else verl's default), strict_gsm8k, flexible_gsm8k, "
-        "math_verify_score. Signature: (data_source, solution_str, ground_truth, "
-        "extra_info=None) -> float | dict with 'score'.",
+        "math_verify_score, gsm8k_format_credit (compute_score, plus 0.1 for a wrong GSM8K "
+        "answer in the '#### <number>' format). Signature: (data_source, solution_str, "
+        "ground_truth, extra_info=None) -> float | dict with 'score'.",
     )
 
 

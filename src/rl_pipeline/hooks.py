@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from typing import Any
+
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
@@ -29,3 +33,24 @@ class ParameterValidationHook:
                 problems.append(str(exc))
         if problems:
             raise ConfigError("\n".join(problems))
+
+
+# Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.
+EXECUTION_ID_ENV = "RL_PIPELINE_EXECUTION_ID"
+
+
+class LineageHook:
+    """Tag each stage's MLflow run with the pipeline execution it belongs to.
+
+    The stages of one `kedro run` are separate MLflow runs; the shared
+    ``pipeline_execution_id`` tag finds them together (a session of its own gets a new id).
+    """
+
+    @hook_impl(trylast=True)  # after kedro-mlflow has started the run
+    def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
+        import mlflow
+
+        if mlflow.active_run() is None:  # tracking disabled for this pipeline
+            return
+        mlflow.set_tag("pipeline_execution_id",
+                       os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex)

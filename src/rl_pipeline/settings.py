@@ -2,10 +2,10 @@
 
 from kedro.config import OmegaConfigLoader
 
-from rl_pipeline.hooks import ParameterValidationHook
+from rl_pipeline.hooks import LineageHook, ParameterValidationHook
 
 # kedro-mlflow registers its own hook through its entry point.
-HOOKS = (ParameterValidationHook(),)
+HOOKS = (ParameterValidationHook(), LineageHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

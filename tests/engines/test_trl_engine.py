@@ -23,20 +23,15 @@ from rl_pipeline.engines.trl_params import TrlParams
 from rl_pipeline.engines.verl_preflight import PreflightError
 from tests.conftest import gsm8k_prompts
 
-# A task a random policy already earns some reward on: the share of digits in the reply.
-DIGITS = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
-          "    chars = [c for c in solution_str if not c.isspace()]\n"
-          "    return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0\n")
 FAST = {"apply_lora": False, "num_generations": 8, "per_device_train_batch_size": 16,
         "max_completion_length": 16, "num_iterations": 1, "beta": 0.0, "epsilon": 0.2,
         "logging_steps": 1, "warmup_ratio": 0.0, "lr_scheduler_type": "constant", "seed": 0}
 
 
 @pytest.fixture(scope="module")
-def digit_reward(tmp_path_factory) -> RewardParams:
-    path = tmp_path_factory.mktemp("reward") / "digits.py"
-    path.write_text(DIGITS)
-    return RewardParams(custom_reward_function={"path": str(path), "name": "score"})
+def digit_reward(digit_reward_file) -> RewardParams:
+    return RewardParams(custom_reward_function={"path": str(digit_reward_file),
+                                                "name": "score"})
 
 
 def _train(tmp_path: Path, model: Path, reward: RewardParams, callbacks=(), **params):
@@ -125,6 +120,25 @@ def test_reinforce_plus_plus_uses_the_batch_baseline(tiny_model_dir, digit_rewar
     # No per-prompt baseline: unlike GRPO, a group's advantages need not sum to zero.
     group_means = out["advantages"].view(2, 4).mean(dim=1)
     assert group_means.abs().max() > 1e-3 or rewards.view(2, 4).mean(dim=1).std() < 1e-6
+
+
+def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_path) -> None:
+    # Without the cache every new token re-reads the whole sequence (12x slower on SmolLM2).
+    from rl_pipeline.engines.trl_config import grpo_config
+    from rl_pipeline.engines.trl_engine import TrlReward
+
+    params = TrlParams(**{**FAST, "per_device_train_batch_size": 4, "num_generations": 4,
+                          "max_steps": 1})
+    dataset = prompts_dataset(gsm8k_prompts(1))
+    trainer = trainer_class("grpo")(
+        model=str(tiny_model_dir), reward_funcs=[TrlReward(digit_reward)],
+        args=grpo_config(params, str(tmp_path), use_cpu=True), train_dataset=dataset)
+    lengths = []
+    trainer.model.register_forward_pre_hook(
+        lambda _, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    trainer._generate_and_score_completions([dataset[0]] * 4)
+    decode_steps = [n for n in lengths if n == 1]
+    assert len(decode_steps) >= params.max_completion_length // 2, lengths
 
 
 def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:

@@ -138,6 +138,12 @@ def test_gguf_file_is_converted_to_safetensors(tmp_path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
     assert "<|im_start|>" in tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False)
+    # Special tokens as the GGUF file declares them (transformers' converter gets eos wrong):
+    # a chat turn ends at <|im_end|>, and the tokenizer and the model config agree on it.
+    config = json.loads((resolved.path / "config.json").read_text())
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.bos_token == "<|im_start|>"
+    assert tokenizer.eos_token_id == config["eos_token_id"] == 2
+    assert tokenizer.pad_token_id == config["pad_token_id"]
     again = resolve_model(SMOLLM2_GGUF, tmp_path / "out")  # cached: no second conversion
     assert again.metadata["fingerprint"] == resolved.metadata["fingerprint"]
 

@@ -12,6 +12,7 @@ from rl_pipeline.rewards import (
     SafeReward,
     compute_score,
     flexible_gsm8k,
+    gsm8k_format_credit,
     load_reward_function,
     math_verify_score,
     strict_gsm8k,
@@ -57,6 +58,19 @@ def test_flexible_compares_numbers_by_value() -> None:
     assert flexible_gsm8k("openai/gsm8k", response, "72") == 1.0
     assert flexible_gsm8k("openai/gsm8k", "It costs $1,072 in all", "1072") == 1.0
     assert flexible_gsm8k("openai/gsm8k", "It costs 1072 or 1073", "1072") == 0.0
+
+
+def test_format_credit_pays_a_little_for_the_format_and_fully_for_the_answer() -> None:
+    scores = {r: gsm8k_format_credit("openai/gsm8k", r, "72") for r in RESPONSES}
+    for response, score in scores.items():
+        strict = strict_gsm8k("openai/gsm8k", response, "72")
+        formatted = verl_gsm8k.extract_solution(response, method="strict") is not None
+        assert score == (1.0 if strict else 0.1 if formatted else 0.0), response
+    assert scores["She sold 70 clips. #### 70"] == 0.1
+    assert scores["The answer is 72"] == 0.0
+    # Other sources score exactly as compute_score.
+    assert gsm8k_format_credit("math", r"\boxed{3}", "4") == 0.0
+    assert load_reward_function(None, "gsm8k_format_credit") is gsm8k_format_credit
 
 
 def test_math_verify_on_boxed_answers() -> None:

@@ -122,8 +122,13 @@ def grpo_config(params: TrlParams, output_dir: str, *, use_cpu: bool,
         device = {"use_cpu": True, "bf16": False, "deepspeed": None}
     else:
         device = {"use_cpu": False, "deepspeed": params.deepspeed_config}
+    # transformers' Trainer copies TrainingArguments.use_cache (False) into the model config,
+    # and TRL's generation config does not override it, so transformers-based rollouts would
+    # recompute the whole sequence for every new token: 12x slower on SmolLM2 (213 s against
+    # 18 s for 8 x 128 tokens on 2 cores). Generation only; training keeps the cache off.
+    generation = {"generation_kwargs": {"use_cache": True}}
     return GRPOConfig(output_dir=output_dir, report_to=report_to,
-                      **{**values, **device, **extra})
+                      **{**values, **device, **generation, **extra})
 
 
 def lora_config(params: TrlParams) -> LoraConfig | None:

@@ -1,5 +1,8 @@
 """Proof that a merged model equals its base plus adapter: logits on probe prompts.
 
+(A fully fine-tuned model is copied instead of merged; :func:`verify_copy` checks the copy
+against its source the same way.)
+
 The merged model and peft's ``PeftModel`` (base + adapter, unmerged) run the same probe
 prompts; the largest absolute logit difference must be within a tolerance that depends on
 the dtype, ``atol + rtol * max|logit|``:
@@ -38,6 +41,31 @@ def verify_merge(base_dir: str | Path, adapter_dir: str | Path, merged_dir: str 
         ``max_abs_diff``, ``tolerance``, ``passed``, ``max_abs_logit``, ``dtype``, ``probes``.
     """
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    def reference():
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype)
+        return PeftModel.from_pretrained(base, str(adapter_dir))
+
+    return _compare(merged_dir, reference, probes, dtype)
+
+
+def verify_copy(source_dir: str | Path, copied_dir: str | Path,
+                probes: tuple[str, ...] = DEFAULT_PROBES,
+                dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Compare a copied (and possibly re-typed) model's logits with its source's.
+
+    Returns:
+        As :func:`verify_merge`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    return _compare(copied_dir, lambda: AutoModelForCausalLM.from_pretrained(
+        str(source_dir), dtype=dtype), probes, dtype)
+
+
+def _compare(merged_dir: str | Path, load_reference, probes: tuple[str, ...],
+             dtype: torch.dtype) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(merged_dir))
@@ -48,10 +76,9 @@ def verify_merge(base_dir: str | Path, adapter_dir: str | Path, merged_dir: str 
     del merged
     gc.collect()
 
-    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype)
-    reference = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
+    reference = load_reference().eval()
     reference_logits = _logits(reference, inputs)
-    del reference, base
+    del reference
     gc.collect()
 
     diff = max(float((m - r).abs().max()) for m, r in zip(merged_logits, reference_logits,

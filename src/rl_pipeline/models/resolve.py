@@ -260,14 +260,36 @@ def _mirror(location: ModelLocation, staging: Path) -> None:
                 target.symlink_to(item.resolve())
 
 
+_GGUF_CONVERSION = 2
+
+
 def _convert_gguf(gguf: Path, staging: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("Converting %s to safetensors (once; the result is cached)", gguf)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # transformers 5.10 builds the special tokens wrongly from some GGUF files (SmolLM2's
+    # eos became <|im_start|>, id 1, while the file says 2, <|im_end|>): generation would then
+    # stop at the wrong token. The file's own token ids are the truth; the config has them.
+    for attr, token_id in _gguf_special_token_ids(gguf).items():
+        setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(token_id))
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model.save_pretrained(str(staging), safe_serialization=True)
     tokenizer.save_pretrained(str(staging))
+
+
+def _gguf_special_token_ids(gguf: Path) -> dict[str, int]:
+    """The tokenizer's special tokens as the GGUF metadata gives them: attribute -> id."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf)).fields
+    ids = {}
+    for attr, key in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown"),
+                      ("pad_token", "padding")):
+        field = fields.get(f"tokenizer.ggml.{key}_token_id")
+        if field is not None:
+            ids[attr] = int(field.parts[field.data[0]][0])
+    return ids
 
 
 def _apply_chat_template(folder: Path, template: str | None, source: str | Path) -> bool:
@@ -335,7 +357,8 @@ def _read_template(value: str | None) -> str | None:
 
 
 def _fingerprint(location: ModelLocation, template: str | None) -> str:
-    digest = hashlib.sha256((template or "").encode())
+    # The converter's version: a fix to the GGUF conversion replaces older cached results.
+    digest = hashlib.sha256(f"{_GGUF_CONVERSION}|{template or ''}".encode())
     sources = [location.gguf] if location.gguf else [
         *sorted(location.model_dir.iterdir()), *sorted(location.tokenizer_dir.iterdir())]
     for item in sources:

@@ -20,6 +20,8 @@ RewardFunction = Callable[..., "float | dict[str, Any]"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _CLIP = 300  # verl's GSM8K scorer also looks at the last 300 characters only
+# Small next to a correct answer's 1.0, so the format alone never pays more than being right.
+FORMAT_CREDIT = 0.1
 
 GSM8K_SOURCES = {"openai/gsm8k", "gsm8k"}
 MATH_SOURCES = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
@@ -42,6 +44,22 @@ def flexible_gsm8k(data_source: str, solution_str: str, ground_truth: str,
     """
     numbers = _NUMBER.findall(solution_str[-_CLIP:])
     return 1.0 if numbers and _same_number(numbers[-1], str(ground_truth)) else 0.0
+
+
+def gsm8k_format_credit(data_source: str, solution_str: str, ground_truth: str,
+                        extra_info: dict | None = None) -> float:
+    """:func:`compute_score`, plus a small credit for a wrong GSM8K answer in the right format.
+
+    A correct ``#### <number>`` answer scores 1.0, a wrong one :data:`FORMAT_CREDIT` (verl's
+    own ``format_score``), anything else 0. A small model rarely answers correctly at first,
+    so without the credit most GRPO groups score all zeros and carry no advantage; with it,
+    the model first learns to answer in the format that the strict score reads. Other data
+    sources score as :func:`compute_score`.
+    """
+    if data_source in GSM8K_SOURCES:
+        return float(verl_gsm8k.compute_score(solution_str, str(ground_truth), method="strict",
+                                              format_score=FORMAT_CREDIT))
+    return compute_score(data_source, solution_str, ground_truth, extra_info)
 
 
 def math_verify_score(data_source: str, solution_str: str, ground_truth: str,
@@ -69,7 +87,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
 
 
-BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score)}
+BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score,
+                                   gsm8k_format_credit)}
 
 
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
@@ -78,7 +97,7 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
     Args:
         path: A Python file defining the function, or None for a built-in one.
         name: The function's name (built-ins: compute_score, strict_gsm8k, flexible_gsm8k,
-            math_verify_score).
+            math_verify_score, gsm8k_format_credit).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.

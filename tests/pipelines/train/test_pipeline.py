@@ -18,23 +18,28 @@ TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4
        "save_steps": 1, "logging_steps": 1, "num_iterations": 1}
 
 
-def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_params) -> None:
+def _catalog(model: Path, tmp_path: Path, data_params: dict, trl: dict) -> DataCatalog:
     train, val = gsm8k_prompts(16), gsm8k_prompts(4, "test", GSM8K_TEST)
     train.to_parquet(tmp_path / "train.parquet")
     val.to_parquet(tmp_path / "val.parquet")
-    checkpoints = tmp_path / "models" / "train_checkpoints"
     catalog = DataCatalog(datasets={
         "train_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
         "val_prompts_file": MemoryDataset(str(tmp_path / "val.parquet")),
         "train_prompts": MemoryDataset(train), "val_prompts": MemoryDataset(val),
-        "base_model": MemoryDataset(str(tiny_model_dir)),
-        "train_checkpoints_dir": MemoryDataset(str(checkpoints)),
+        "base_model": MemoryDataset(str(model)),
+        "train_checkpoints_dir": MemoryDataset(str(tmp_path / "models" / "train_checkpoints")),
     })
-    catalog["params:train"] = {"engine": "trl", "trl": TRL}
+    catalog["params:train"] = {"engine": "trl", "trl": trl}
     catalog["params:data"] = data_params
     catalog["params:reward"] = {"custom_reward_function": {"path": None,
                                                            "name": "compute_score"}}
-    outputs = SequentialRunner().run(create_pipeline(), catalog)
+    return catalog
+
+
+def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_params) -> None:
+    checkpoints = tmp_path / "models" / "train_checkpoints"
+    outputs = SequentialRunner().run(create_pipeline(),
+                                     _catalog(tiny_model_dir, tmp_path, data_params, TRL))
     report = outputs["preflight_report"].load()
     assert report["engine"] == "trl" and report["reward"]["reference_mean"] == 1.0
     assert "per_device_train_batch_size: 8" in outputs["train_config_resolved"].load()
@@ -47,3 +52,39 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
         ["checkpoint-1", "checkpoint-2"]
     assert outputs["train_metrics"].load()["steps"]["value"] == 2.0
     assert isinstance(outputs["reward_curve"].load(), Figure)
+
+
+def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
+        tiny_model_dir, tmp_path, data_params, digit_reward_file) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl_pipeline.pipelines.merge import create_pipeline as merge_pipeline
+
+    catalog = _catalog(tiny_model_dir, tmp_path, data_params,
+                       {**TRL, "apply_lora": False, "max_steps": 1, "learning_rate": 1e-2,
+                        "warmup_ratio": 0.0})
+    # A reward that varies within a group, so that one step has advantages to follow.
+    catalog["params:reward"] = {"custom_reward_function": {"path": str(digit_reward_file),
+                                                           "name": "score"}}
+    catalog["train_checkpoints"] = MemoryDataset(None)
+    catalog["params:merge"] = {"scratch_dir": str(tmp_path / "scratch"), "dtype": "bfloat16"}
+    outputs = SequentialRunner().run(create_pipeline() + merge_pipeline(), catalog)
+    merged = Path(outputs["merged_model"].load())
+    metadata = outputs["merge_metadata"].load()
+    trained = Path(metadata["full_model"])  # train's lora_adapter output: the whole model
+    assert metadata["adapter"] is None and (trained / "model.safetensors").is_file()
+    assert not (trained / "adapter_config.json").exists()
+    assert metadata["training_run"]["steps"] == 1 and metadata["training_run"]["lora"] is False
+    assert metadata["verification"]["passed"] and metadata["dtype"] == "bfloat16"
+    assert not (merged / TRAINING_RUN).exists()
+
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    with torch.inference_mode():
+        logits = {name: AutoModelForCausalLM.from_pretrained(str(path)).eval()(
+            input_ids=ids).logits.float() for name, path in
+            (("base", tiny_model_dir), ("trained", trained), ("merged", merged))}
+    assert AutoModelForCausalLM.from_pretrained(str(merged)).dtype == torch.bfloat16
+    # The merged model is the trained one (to bfloat16 precision), and training changed it.
+    assert torch.allclose(logits["merged"], logits["trained"], rtol=4e-2, atol=4e-2)
+    assert (logits["trained"] - logits["base"]).abs().max() > 1e-3

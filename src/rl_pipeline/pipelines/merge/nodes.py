@@ -19,7 +19,7 @@ from rl_pipeline.merge.fsdp import (
     verify_conversion,
 )
 from rl_pipeline.merge.lora import ADAPTER_CONFIG, merge_lora, read_adapter
-from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_merge
+from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_copy, verify_merge
 from rl_pipeline.models.resolve import METADATA_FILE
 
 logger = logging.getLogger(__name__)
@@ -34,13 +34,15 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
                 merge: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
     """Make a standalone model from the training result, verify it, and describe it.
 
-    The training result is the LoRA adapter when there is one; otherwise the newest verl
-    FSDP checkpoint in ``train_checkpoints``, converted by verl's model merger (a LoRA run's
-    checkpoint converts to base weights plus an adapter, which is then merged).
+    The training result is the LoRA adapter when there is one; a whole model when the trl
+    engine fine-tuned all weights (``apply_lora: false``), which is copied in the requested
+    dtype and checked against its source; otherwise the newest verl FSDP checkpoint in
+    ``train_checkpoints``, converted by verl's model merger (a LoRA run's checkpoint converts
+    to base weights plus an adapter, which is then merged).
 
     Args:
         lora_adapter: The adapter folder (peft's layout, or verl's model merger output with a
-            ``lora_adapter/`` subfolder), or None.
+            ``lora_adapter/`` subfolder), a whole model (trl, full fine-tuning), or None.
         train_checkpoints: verl's checkpoint folder, or None.
         base_model: The resolved base model folder.
         merge: The ``merge`` parameter group.
@@ -56,13 +58,17 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
     """
     params = parse_params(MergeParams, merge, "merge")
     training_run = Path(lora_adapter or train_checkpoints or ".") / TRAINING_RUN
-    if lora_adapter is not None and not _holds_adapter(Path(lora_adapter)):
-        # A full fine-tuning run records itself here; its weights are in the checkpoint.
+    full_model = None
+    if lora_adapter is not None and _holds_model(Path(lora_adapter)):
+        full_model, lora_adapter = Path(lora_adapter), None
+    elif lora_adapter is not None and not _holds_adapter(Path(lora_adapter)):
+        # verl's full fine-tuning run records itself here; its weights are in the checkpoint.
         logger.info("%s holds no adapter (full fine-tuning): converting the newest checkpoint",
                     lora_adapter)
         lora_adapter = None
-    actor = latest_actor_checkpoint(train_checkpoints) if train_checkpoints else None
-    if lora_adapter is None and actor is None:
+    actor = (latest_actor_checkpoint(train_checkpoints)
+             if train_checkpoints and full_model is None else None)
+    if lora_adapter is None and actor is None and full_model is None:
         raise ValueError("nothing to merge: no lora_adapter and no verl checkpoint in "
                          "train_checkpoints; run the train stage first")
     # Hidden, so a crash leaves nothing that looks like a model; the catalog moves it away.
@@ -73,6 +79,8 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
         if lora_adapter is not None:
             metadata = _merge_lora(Path(base_model), _adapter_folder(Path(lora_adapter)),
                                    work, params)
+        elif full_model is not None:
+            metadata = _copy_full_model(full_model, work, params)
         else:
             metadata = _merge_checkpoint(actor, work, params)
         model = work
@@ -134,6 +142,40 @@ def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, 
     return {"checkpoint": str(actor), "adapter": None,
             "dtype": config.get("dtype") or config.get("torch_dtype"),
             "verification": verification}
+
+
+def _copy_full_model(source: Path, out: Path, params: MergeParams) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    dtype = _dtype(params.dtype, source)
+    files = [f for f in source.iterdir() if f.is_file() and f.name not in _NOT_MODEL_FILES]
+    if params.dtype == "auto":
+        for file in files:
+            shutil.copy2(file, out / file.name)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+        model.save_pretrained(str(out))
+        del model
+        for file in files:  # the tokenizer and anything else save_pretrained does not write
+            if not (out / file.name).exists() and not file.name.startswith("model"):
+                shutil.copy2(file, out / file.name)
+    verification = verify_copy(source, out, tuple(params.verify_probes or DEFAULT_PROBES), dtype)
+    if not verification["passed"]:
+        raise MergeVerificationError(
+            f"the copy of {source} differs from it: max |logit diff| "
+            f"{verification['max_abs_diff']:.3g} > tolerance {verification['tolerance']:.3g}")
+    logger.info("Copied the fully fine-tuned model %s (%s)", source, verification["dtype"])
+    return {"full_model": str(source), "adapter": None, "dtype": verification["dtype"],
+            "verification": verification}
+
+
+# Training records that travel with the model elsewhere (merge_metadata.json).
+_NOT_MODEL_FILES = {TRAINING_RUN, "training_args.bin"}
+
+
+def _holds_model(path: Path) -> bool:
+    return (path / "config.json").is_file() and (
+        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file())
 
 
 def _holds_adapter(path: Path) -> bool:
