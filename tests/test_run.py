@@ -69,6 +69,11 @@ def mlflow_runs(project: Path) -> tuple:
     return client, client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
 
 
+def run_tags(runs: list, name: str) -> dict[str, str]:
+    (run,) = [r for r in runs if r.info.run_name == name]
+    return run.data.tags
+
+
 @pytest.fixture(scope="module")
 def smollm2_tokenizer(smollm2_dir):
     from rl_pipeline.models.tokenizer import load_tokenizer
@@ -208,6 +213,8 @@ def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
     assert len(latest(project, "train_prompts")) == 7473
     _, runs = mlflow_runs(project)
     assert [r.info.status for r in runs] == ["FINISHED", "FAILED"]
+    error = runs[1].data.tags["error"]  # the failed run says why
+    assert error.startswith("DataError: ") and "data_max_prompt_length=150" in error
 
 
 def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
@@ -229,6 +236,12 @@ SHORT = ("train.trl.max_steps=2,train.trl.max_completion_length=24,train.trl.sav
 
 def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_path) -> None:
     project = make_project(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "conf", "pyproject.toml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
     result = kedro_run(project, "--params", SHORT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
@@ -253,7 +266,17 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     client, runs = mlflow_runs(project)
     assert [r.info.run_name for r in runs] == ["data_prep", "train", "merge", "eval"]
     assert {r.info.status for r in runs} == {"FINISHED"}
+    # Lineage: one execution, the commit, and each dataset version from save to load.
     assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
+    assert {(r.data.tags["git_commit"], r.data.tags["git_dirty"]) for r in runs} == \
+        {(commit, "false")}
+    saved = run_tags(runs, "data_prep")["dataset.saved.train_prompts"]
+    assert saved == run_tags(runs, "train")["dataset.loaded.train_prompts"]
+    assert run_tags(runs, "train")["train.engine"] == "trl"
+    assert run_tags(runs, "merge")["source.train_run_id"] == runs[1].info.run_id
+    assert run_tags(runs, "merge")["source.train_prompts_version"] == saved
+    assert run_tags(runs, "eval")["dataset.loaded.merged_model"] == \
+        run_tags(runs, "merge")["dataset.saved.merged_model"]
     prep, train, merge, evaluation = runs
     assert prep.data.metrics["data_prep.rows_out.val"] == 1319
     assert "eval.max_prompts" not in prep.data.params
@@ -269,3 +292,43 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert evaluation.data.params["eval.max_prompts"] == "4"
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}
+
+
+def test_a_stage_already_running_makes_a_second_run_exit_at_once(tmp_path) -> None:
+    import fcntl
+    import time
+
+    project = make_project(tmp_path)
+    assert kedro_run(project, "--pipeline", "data_prep").returncode == 0
+    # An eval of a few dozen generations: long enough for a second run to start meanwhile.
+    stage = ["--pipeline", "eval", "--params", "eval.max_prompts=16,eval.max_new_tokens=96"]
+    first = subprocess.Popen([sys.executable, "-m", "kedro", "run", "--env", "cpu", *stage],
+                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**__import__("os").environ,
+                                             "KEDRO_DISABLE_TELEMETRY": "true"})
+    lock = project / "data/.locks/eval.lock"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the first run holds the stage's lock
+        if lock.exists():
+            with lock.open() as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    break
+        time.sleep(0.2)
+    else:
+        first.kill()
+        pytest.fail("the first run never took the eval lock")
+    second = kedro_run(project, *stage)
+    output = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, output[-3000:]
+    assert second.returncode == 75
+    message = " ".join((second.stdout + second.stderr).split())
+    assert "stage eval is already running in this project (pid" in message
+    assert "Running node" not in second.stdout + second.stderr
+    # Only the first eval reached MLflow; other stages were never locked by it.
+    _, runs = mlflow_runs(project)
+    assert [(r.info.run_name, r.info.status) for r in runs] == [("data_prep", "FINISHED"),
+                                                                 ("eval", "FINISHED")]
+    assert not (project / "data/.locks/train.lock").exists()

@@ -11,6 +11,9 @@ that fails stops the run there, as Kedro would.
 Anything else (one stage, a non-stage pipeline such as preflight, or node filters such as
 ``--from-nodes`` or ``--tags``, which may cut across stages) goes to Kedro's own command
 unchanged. Kedro lets a project's ``cli.py`` override a built-in command this way.
+
+A run refused because the same stage is already running in this project (``StageLockHook``)
+exits with status 75 (EX_TEMPFAIL), so a scheduler can tell it from a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import click
 import mlflow
 from kedro.framework.cli.project import run as kedro_run
 
-from rl_pipeline.hooks import EXECUTION_ID_ENV
+from rl_pipeline.hooks import EXECUTION_ID_ENV, LOCKED_EXIT_CODE, StageLockedError
 from rl_pipeline.pipeline_registry import STAGES
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,14 @@ def stages_to_run(pipeline: str | None, pipelines: list[str] | tuple[str, ...],
 
 
 def _run(**options: Any) -> dict[str, Any]:
+    try:
+        return _run_stages(**options)
+    except StageLockedError as exc:
+        click.secho(f"rl_pipeline: {exc}", fg="yellow", err=True)
+        raise SystemExit(LOCKED_EXIT_CODE) from None
+
+
+def _run_stages(**options: Any) -> dict[str, Any]:
     stages = stages_to_run(options["pipeline"], options["pipelines"], options)
     if stages is None:
         return kedro_run.callback(**options)

@@ -2,10 +2,10 @@
 
 from kedro.config import OmegaConfigLoader
 
-from rl_pipeline.hooks import LineageHook, ParameterValidationHook
+from rl_pipeline.hooks import LineageHook, ParameterValidationHook, StageLockHook
 
 # kedro-mlflow registers its own hook through its entry point.
-HOOKS = (ParameterValidationHook(), LineageHook())
+HOOKS = (ParameterValidationHook(), StageLockHook(), LineageHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -3,6 +3,7 @@ the Kedro-free engine code in ``rl_pipeline.engines``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from matplotlib.figure import Figure
 
 from rl_pipeline.config import DataParams, RewardParams, parse_params
+from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.train_params import TrainParams, choose_engine
 from rl_pipeline.engines.trl_engine import plan_trl, reward_curve, train_trl
 from rl_pipeline.engines.verl_config import LaunchInputs
@@ -74,6 +76,11 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         summary, adapter, curve = train_trl(
             params.trl, parse_params(RewardParams, reward, "reward"), train_prompts,
             val_prompts, base_model, train_checkpoints_dir, scratch_dir=scratch)
+    if run is not None:  # so that merge can name the run its model came from
+        summary["mlflow_run_id"] = run.info.run_id
+        record = Path(adapter) / TRAINING_RUN
+        record.write_text(json.dumps({**json.loads(record.read_text()),
+                                      "mlflow_run_id": run.info.run_id}, indent=2))
     metrics = {name: {"value": float(summary[name]), "step": 0}
                for name in ("steps", "seconds", "resumed_from_step")}
     return str(adapter), summary, metrics, curve
