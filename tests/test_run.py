@@ -12,66 +12,27 @@ import glob
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
 from kedro.io.core import Version
 from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
-from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, PROJECT_ROOT, RESOLVED_CACHE, SMOLLM2_GGUF
+from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, SMOLLM2_GGUF
+from tests.projects import kedro_run, make_project, mlflow_runs, run_tags
 
 pytestmark = pytest.mark.slow
 # The base configuration's model is a hub id; offline, the GPU-configuration tests use SmolLM2.
 SMOLLM2 = f"base_model={SMOLLM2_GGUF}"
 
 
-def make_project(root: Path) -> Path:
-    """A copy of the project's configuration with the raw data and model linked in."""
-    project = root / "project"
-    project.mkdir()
-    shutil.copy(PROJECT_ROOT / "pyproject.toml", project)
-    shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
-                    ignore=shutil.ignore_patterns("local"))
-    # Share the resolved-model cache, so SmolLM2's GGUF is converted once for all tests.
-    for catalog in project.glob("conf/*/catalog.yml"):
-        catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
-                                                       f"resolved_dir: {RESOLVED_CACHE}"))
-    (project / "conf/local").mkdir()
-    (project / "src").mkdir()  # the package itself is installed in the environment
-    (project / "data").mkdir()
-    (project / "data/01_raw").symlink_to(PROJECT_ROOT / "data/01_raw")
-    return project
-
-
-def kedro_run(project: Path, *args: str, env: str | None = "cpu") -> subprocess.CompletedProcess:
-    """`kedro run` in ``project``; ``env=None`` runs the base (GPU) configuration."""
-    env_args = ["--env", env] if env else []
-    return subprocess.run([sys.executable, "-m", "kedro", "run", *env_args, *args], cwd=project,
-                          capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "KEDRO_DISABLE_TELEMETRY": "true",
-                               "COLUMNS": "200"})
-
-
 def latest(project: Path, name: str) -> pd.DataFrame:
     return pd.read_parquet(sorted(glob.glob(str(project / f"data/05_model_input/{name}"
                                                 f".parquet/*/{name}.parquet")))[-1])
-
-
-def mlflow_runs(project: Path) -> tuple:
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project}/mlflow.db")
-    experiment = client.get_experiment_by_name("rl_pipeline")
-    return client, client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
-
-
-def run_tags(runs: list, name: str) -> dict[str, str]:
-    (run,) = [r for r in runs if r.info.run_name == name]
-    return run.data.tags
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +229,7 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert {r.info.status for r in runs} == {"FINISHED"}
     # Lineage: one execution, the commit, and each dataset version from save to load.
     assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
+    assert len({r.data.tags["run_id"] for r in runs}) == 4  # Kedro's run (session) id
     assert {(r.data.tags["git_commit"], r.data.tags["git_dirty"]) for r in runs} == \
         {(commit, "false")}
     saved = run_tags(runs, "data_prep")["dataset.saved.train_prompts"]
@@ -292,43 +254,3 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert evaluation.data.params["eval.max_prompts"] == "4"
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}
-
-
-def test_a_stage_already_running_makes_a_second_run_exit_at_once(tmp_path) -> None:
-    import fcntl
-    import time
-
-    project = make_project(tmp_path)
-    assert kedro_run(project, "--pipeline", "data_prep").returncode == 0
-    # An eval of a few dozen generations: long enough for a second run to start meanwhile.
-    stage = ["--pipeline", "eval", "--params", "eval.max_prompts=16,eval.max_new_tokens=96"]
-    first = subprocess.Popen([sys.executable, "-m", "kedro", "run", "--env", "cpu", *stage],
-                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env={**__import__("os").environ,
-                                             "KEDRO_DISABLE_TELEMETRY": "true"})
-    lock = project / "data/.locks/eval.lock"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # until the first run holds the stage's lock
-        if lock.exists():
-            with lock.open() as handle:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    fcntl.flock(handle, fcntl.LOCK_UN)
-                except BlockingIOError:
-                    break
-        time.sleep(0.2)
-    else:
-        first.kill()
-        pytest.fail("the first run never took the eval lock")
-    second = kedro_run(project, *stage)
-    output = first.communicate(timeout=600)[0]
-    assert first.returncode == 0, output[-3000:]
-    assert second.returncode == 75
-    message = " ".join((second.stdout + second.stderr).split())
-    assert "stage eval is already running in this project (pid" in message
-    assert "Running node" not in second.stdout + second.stderr
-    # Only the first eval reached MLflow; other stages were never locked by it.
-    _, runs = mlflow_runs(project)
-    assert [(r.info.run_name, r.info.status) for r in runs] == [("data_prep", "FINISHED"),
-                                                                 ("eval", "FINISHED")]
-    assert not (project / "data/.locks/train.lock").exists()

@@ -12,8 +12,9 @@ Anything else (one stage, a non-stage pipeline such as preflight, or node filter
 ``--from-nodes`` or ``--tags``, which may cut across stages) goes to Kedro's own command
 unchanged. Kedro lets a project's ``cli.py`` override a built-in command this way.
 
-A run refused because the same stage is already running in this project (``StageLockHook``)
-exits with status 75 (EX_TEMPFAIL), so a scheduler can tell it from a failure.
+A scheduled run refused because the same stage is already running in this project
+(:mod:`rl_pipeline.stage_lock`) exits with status 75 (EX_TEMPFAIL), so a scheduler can tell
+it from a failure.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import click
 import mlflow
 from kedro.framework.cli.project import run as kedro_run
 
-from rl_pipeline.hooks import EXECUTION_ID_ENV, LOCKED_EXIT_CODE, StageLockedError
+from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
+from rl_pipeline.stage_lock import LOCKED_EXIT_CODE, StageLockedError
 
 logger = logging.getLogger(__name__)
 # Options that select nodes: with any of them the request is not a list of whole stages.
@@ -69,8 +71,8 @@ def _run_stages(**options: Any) -> dict[str, Any]:
         return kedro_run.callback(**options)
     os.environ.setdefault(EXECUTION_ID_ENV, uuid.uuid4().hex)
     result: dict[str, Any] = {}
-    for stage in stages:
-        click.secho(f"rl_pipeline: stage {stage} ({stages.index(stage) + 1}/{len(stages)}), "
+    for number, stage in enumerate(stages, start=1):
+        click.secho(f"rl_pipeline: stage {stage} ({number}/{len(stages)}), "
                     f"pipeline execution {os.environ[EXECUTION_ID_ENV]}", fg="cyan")
         result = kedro_run.callback(**{**options, "pipeline": None, "pipelines": [stage]})
         if mlflow.active_run() is not None:

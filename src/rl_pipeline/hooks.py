@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,8 @@ from kedro.io import AbstractVersionedDataset, DatasetError
 
 from rl_pipeline.config import PARAMETER_GROUPS, ConfigError, parse_params
 from rl_pipeline.engines import train_params  # noqa: F401  (registers the train group)
+from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
+from rl_pipeline.stage_lock import StageLocks, is_scheduled
 
 
 class ParameterValidationHook:
@@ -43,24 +42,14 @@ class ParameterValidationHook:
 
 # Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.
 EXECUTION_ID_ENV = "RL_PIPELINE_EXECUTION_ID"
-# EX_TEMPFAIL (sysexits.h): "try again later", what a scheduled run refused by a lock exits with.
-LOCKED_EXIT_CODE = 75
 _TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
 
 
-class StageLockedError(RuntimeError):
-    """Another run of the same stage in the same project holds its lock."""
-
-
 class StageLockHook:
-    """One run of a stage per project at a time (a scheduled run may overlap a slow one).
-
-    The locks are ``flock`` locks on ``data/.locks/<stage>.lock``, so a run that dies, even
-    by SIGKILL, releases them with its process; no stale lock needs clearing by hand.
-    """
+    """Take the lock of each stage a run covers (see :mod:`rl_pipeline.stage_lock`)."""
 
     def __init__(self) -> None:
-        self._held: list[int] = []
+        self._locks: StageLocks | None = None
 
     @hook_impl(tryfirst=True)  # before kedro-mlflow starts a run: a refused run leaves none
     def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
@@ -68,24 +57,8 @@ class StageLockHook:
 
         names = run_params.get("pipeline_names") or ["__default__"]
         stages = [s for s in STAGES if s in names or "__default__" in names]
-        folder = Path(run_params["project_path"]) / "data" / ".locks"
-        folder.mkdir(parents=True, exist_ok=True)
-        for stage in stages:
-            path = folder / f"{stage}.lock"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                os.close(fd)
-                self._release()
-                raise StageLockedError(
-                    f"stage {stage} is already running in this project ({holder or 'unknown'}); "
-                    f"this run stops without doing anything. Lock: {path}") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                      .encode(), 0)
-            self._held.append(fd)
+        self._locks = StageLocks(Path(run_params["project_path"]) / "data" / ".locks")
+        self._locks.acquire(stages, scheduled=is_scheduled())
 
     @hook_impl
     def after_pipeline_run(self) -> None:
@@ -96,8 +69,8 @@ class StageLockHook:
         self._release()
 
     def _release(self) -> None:
-        while self._held:
-            os.close(self._held.pop())  # closing the descriptor drops the flock
+        if self._locks is not None:
+            self._locks.release()
 
 
 class LineageHook:
@@ -106,7 +79,9 @@ class LineageHook:
     kedro-mlflow already tags the Kedro run id (``run_id``), env, pipeline and command. This
     adds the pipeline execution (the stages of one `kedro run` are separate MLflow runs and
     share ``pipeline_execution_id``), the git commit and whether the tree was dirty, every
-    versioned dataset's loaded and saved version, and the error of a run that fails.
+    versioned dataset's loaded and saved version, and the error of a run that fails. It tags
+    the host and pid too, so that the next run can mark KILLED the runs of processes that
+    died without a word (SIGKILL, out of memory), instead of leaving them RUNNING.
     """
 
     def __init__(self) -> None:
@@ -119,10 +94,13 @@ class LineageHook:
 
     @hook_impl(trylast=True)  # after kedro-mlflow has started the run
     def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
-        if mlflow.active_run() is None:  # tracking disabled for this pipeline
+        run = mlflow.active_run()
+        if run is None:  # tracking disabled for this pipeline
             return
         mlflow.set_tags({"pipeline_execution_id": os.environ.get(EXECUTION_ID_ENV)
-                         or uuid.uuid4().hex, **git_state(Path(run_params["project_path"]))})
+                         or uuid.uuid4().hex, **git_state(Path(run_params["project_path"])),
+                         **process_tags()})
+        end_orphaned_runs(mlflow.MlflowClient(), run.info.experiment_id, run.info.run_id)
 
     @hook_impl
     def after_dataset_loaded(self, dataset_name: str) -> None:
@@ -177,23 +155,3 @@ class LineageHook:
             except DatasetError:  # an optional input with no version yet (merged_model)
                 version = "none"
             mlflow.set_tag(f"dataset.{action}.{name}", version)
-
-
-def git_state(path: Path) -> dict[str, str]:
-    """The project's git commit and whether tracked files differ from it ("unknown" outside
-    a git checkout, e.g. a packaged project)."""
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=path, capture_output=True, text=True,
-                                  timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git_commit": "unknown", "git_dirty": "unknown"}
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": commit,
-            "git_dirty": "unknown" if status is None else str(bool(status)).lower()}

@@ -14,6 +14,8 @@ import pytest
 from kedro.io import DatasetError, Version
 
 from rl_pipeline.datasets.atomic import JSONDataset, ParquetDataset
+from rl_pipeline.datasets.model_folder import ModelFolderDataset
+from tests.mounts import fill, remount_read_only, tmpfs
 
 
 def _versioned(path: Path) -> ParquetDataset:
@@ -61,3 +63,42 @@ def test_json_save_replaces_the_file_whole(tmp_path: Path) -> None:
     ds.save({"rows": 2})
     assert ds.load() == {"rows": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+@pytest.mark.parametrize(("break_disk", "problem"), [
+    (fill, "the disk is full"),
+    (remount_read_only, "the file system is read-only"),
+])
+def test_full_or_read_only_disk_fails_clearly_and_keeps_earlier_versions(
+        tmp_path: Path, break_disk, problem: str) -> None:
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        target = disk / "prompts.parquet"
+        _versioned(target).save(pd.DataFrame({"a": [1, 2]}))
+        break_disk(disk)
+        time.sleep(0.01)
+        with pytest.raises(DatasetError, match=rf"cannot save .*prompts\.parquet: {problem}"
+                                               r".*Nothing was replaced"):
+            _versioned(target).save(pd.DataFrame({"a": range(100_000)}))
+        assert list(_versioned(target).load()["a"]) == [1, 2]
+        assert len(list(target.iterdir())) == 1  # no empty version folder, no .partial
+        assert not list(disk.rglob("*.partial"))
+
+
+def test_model_folder_on_a_full_disk_fails_clearly(tmp_path: Path) -> None:
+    source = tmp_path / "model"
+    source.mkdir()
+    (source / "model.safetensors").write_bytes(bytes(256 << 10))
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        earlier = tmp_path / "earlier"
+        earlier.mkdir()
+        (earlier / "config.json").write_text("{}")
+        folder = lambda: ModelFolderDataset(path=str(disk / "merged"),  # noqa: E731
+                                            version=Version(None, None))
+        folder().save(str(earlier))
+        fill(disk)
+        time.sleep(0.01)
+        with pytest.raises(DatasetError, match="the disk is full"):
+            folder().save(str(source))
+        assert (Path(folder().load()) / "config.json").read_text() == "{}"
+        assert (source / "model.safetensors").is_file()  # the unsaved model is still there
+        assert not list(disk.rglob("*.partial"))

@@ -11,6 +11,8 @@ from typing import Any
 from kedro.io import DatasetError
 from kedro.io.core import AbstractVersionedDataset, Version, VersionNotFoundError
 
+from rl_pipeline.datasets.atomic import remove_if_empty, storage_error
+
 
 class ModelFolderDataset(AbstractVersionedDataset[str, "str | None"]):
     """A folder saved as a whole and loaded as its path.
@@ -46,14 +48,19 @@ class ModelFolderDataset(AbstractVersionedDataset[str, "str | None"]):
         if not source.is_dir():
             raise DatasetError(f"{type(self).__name__} saves a folder; {source} is not one")
         final = Path(self._get_save_path())
-        final.parent.mkdir(parents=True, exist_ok=True)
         staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.partial")
         try:
+            final.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(source), str(staging))
             os.replace(staging, final)
+        except OSError as exc:
+            if (problem := storage_error(final, exc)) is None:
+                raise
+            raise problem from exc
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+            remove_if_empty(final.parent)
 
     def _exists(self) -> bool:
         try:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run a stage of rl_pipeline (or the whole pipeline) as a scheduled job, from cron, a
+# systemd timer or any scheduler that runs a command. docs/scheduling.md shows how.
+#
+#   scripts/scheduled_run.sh STAGE [kedro run options...]
+#
+# STAGE: data_prep, train, merge, eval or __default__ (all four, one MLflow run each).
+# The Kedro environment is $KEDRO_ENV, else cpu on a machine without an NVIDIA GPU and
+# local (the base configuration plus conf/local) on one with it, as `make run` chooses.
+#
+# Exit status: 0 the run finished; 75 (EX_TEMPFAIL) nothing was done because a run of
+# STAGE is still going in this project; anything else: the run failed, and its MLflow run
+# is FAILED with the error as its `error` tag.
+set -euo pipefail
+
+if [[ $# -lt 1 || $1 == -* ]]; then
+    echo "usage: $0 STAGE [kedro run options...]" >&2
+    exit 64  # EX_USAGE
+fi
+stage=$1
+shift
+cd "$(dirname "$(readlink -f "$0")")/.."
+
+# Marks the run as scheduled: it refuses to start beside a run of the same stage.
+export RL_PIPELINE_SCHEDULED=1
+export KEDRO_DISABLE_TELEMETRY=${KEDRO_DISABLE_TELEMETRY:-true}
+python=${PYTHON:-.venv/bin/python}
+env=${KEDRO_ENV:-$(nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)}
+
+echo "$(date '+%Y-%m-%d %H:%M:%S') scheduled run of $stage (kedro env $env) in $PWD"
+exec "$python" -m kedro run --pipeline "$stage" --env "$env" "$@"

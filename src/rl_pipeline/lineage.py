@@ -1,0 +1,81 @@
+"""What MLflow does not record about a run itself: the code it ran, the process that ran it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import mlflow
+
+logger = logging.getLogger(__name__)
+
+HOST_TAG, PID_TAG = "process.host", "process.pid"
+
+
+def git_state(path: Path) -> dict[str, str]:
+    """The project's git commit and whether tracked files differ from it ("unknown" outside
+    a git checkout, e.g. a packaged project)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=path, capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit,
+            "git_dirty": "unknown" if status is None else str(bool(status)).lower()}
+
+
+def process_tags() -> dict[str, str]:
+    """Where this run's process lives, so a later run can tell that it died."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def end_orphaned_runs(client: mlflow.MlflowClient, experiment_id: str, current_run_id: str
+                      ) -> list[str]:
+    """Mark KILLED the RUNNING runs of this host whose process no longer exists.
+
+    A process killed by SIGKILL or the out-of-memory killer runs no hook, so its MLflow run
+    would stay RUNNING for ever, which a reviewer reads as "still training". Only runs tagged
+    with this host are considered; a pid that exists (perhaps reused) is left alone.
+
+    Returns:
+        The ids of the runs marked KILLED.
+    """
+    host = socket.gethostname()
+    runs = client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and "
+                                       f"tags.`{HOST_TAG}` = '{host}'", max_results=1000)
+    ended = []
+    for run in runs:
+        pid = run.data.tags.get(PID_TAG, "")
+        if run.info.run_id == current_run_id or not pid.isdigit() or _alive(int(pid)):
+            continue
+        client.set_tag(run.info.run_id, "error",
+                       f"process {pid} on {host} ended without closing this run (killed: "
+                       f"SIGKILL, out of memory or power loss); found by run {current_run_id}")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        ended.append(run.info.run_id)
+    if ended:
+        logger.warning("marked %d MLflow run(s) KILLED whose process had died: %s", len(ended),
+                       ", ".join(ended))
+    return ended
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
