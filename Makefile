@@ -14,16 +14,31 @@ SMOLLM2_GGUF := data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 # an NVIDIA GPU; otherwise the base (GPU) configuration plus this machine's conf/local.
 ENV ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)
 PIPELINE ?= __default__
+# Airflow in an environment of its own: it pins many packages that the project also uses.
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+# The Airflow DAGs: the whole pipeline and each stage.
+DAG_PIPELINES := __default__,data_prep,train,merge,eval
 export KEDRO_DISABLE_TELEMETRY ?= true
 
-.PHONY: run test install model benchmarks lint ui clean-venv
+.PHONY: run test install model benchmarks lint ui clean-venv airflow-dags airflow-check
 
 run: install model
 	@echo "kedro environment: $(ENV) (override with ENV=...)"
 	$(BIN)/kedro run --pipelines $(PIPELINE) --env $(ENV) $(ARGS)
 
-test: install model
+test: install model $(AIRFLOW_STAMP)
 	$(BIN)/pytest $(ARGS)
+
+# Airflow DAGs in airflow_dags/ (docs/scheduling.md), from templates/airflow_dag.j2 and
+# conf/*/airflow.yml; set ENV to the Kedro environment the scheduled runs should use.
+airflow-dags: install
+	$(BIN)/kedro airflow create --pipelines $(DAG_PIPELINES) --group-by memory \
+		--jinja-file templates/airflow_dag.j2 --env $(ENV) --target-dir airflow_dags
+
+# Parse them with Airflow's DagBag: import errors, dag_ids, schedules, task order.
+airflow-check: airflow-dags $(AIRFLOW_STAMP)
+	$(AIRFLOW_VENV)/bin/python scripts/check_airflow_dags.py airflow_dags
 
 benchmarks: install
 	$(BIN)/python benchmarks/bench_data_prep.py
@@ -51,5 +66,12 @@ model: $(SMOLLM2_GGUF)
 $(SMOLLM2_GGUF): | $(STAMP)
 	$(BIN)/python scripts/fetch_smollm2.py --dest $(dir $@)
 
+# Airflow's task SDK: enough to parse and check DAGs, with no database or scheduler.
+$(AIRFLOW_STAMP):
+	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet "apache-airflow-task-sdk==1.3.2"
+	touch $@
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(AIRFLOW_VENV)

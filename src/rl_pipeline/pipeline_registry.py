@@ -16,6 +16,11 @@ def register_pipelines() -> dict[str, Pipeline]:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
     pipelines = find_pipelines(raise_errors=True)
+    # Each node carries its stage's name as a tag: `kedro run --tags train`, and the Airflow
+    # DAG template (templates/airflow_dag.j2) runs each task as its stage.
+    for stage in STAGES:
+        if stage in pipelines:
+            pipelines[stage] = Pipeline(pipelines[stage], tags=stage)
     # `kedro run --pipeline X` makes Kedro import only the pipelines it needs, so a stage may
     # be missing here; `__default__` is only built whole when every stage was found.
     pipelines["__default__"] = sum((pipelines[s] for s in STAGES if s in pipelines),
