@@ -71,7 +71,11 @@ def run_command(project: Path, command: list[str], **extra_env: str
 
 
 class StoppedRun:
-    """A `kedro run` stopped (SIGSTOP) at a point named as in tests/fault_injection."""
+    """A `kedro run` stopped (SIGSTOP) at a point named as in tests/fault_injection.
+
+    Use it as a context manager: a run still stopped when the block ends (a failed assertion)
+    is killed, not left behind holding its locks.
+    """
 
     def __init__(self, project: Path, command: list[str], stop_at: str, timeout: float = 300,
                  **extra_env: str) -> None:
@@ -91,6 +95,13 @@ class StoppedRun:
             time.sleep(0.05)
         self.point = marker.read_text().strip()  # "<pid> <event> <path>"
         marker.unlink()
+
+    def __enter__(self) -> StoppedRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process.poll() is None:
+            self.kill()
 
     def kill(self) -> str:
         """SIGKILL the run (its whole process group); its output."""

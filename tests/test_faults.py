@@ -53,9 +53,9 @@ def _load(project: Path, monkeypatch, name: str):
 
 def _kill_at(project: Path, stage: str, params: str, point: str) -> str:
     """Run ``stage`` until ``point``, SIGKILL it there; where it stopped."""
-    run = StoppedRun(project, kedro_command("--pipeline", stage, "--params", params),
-                     stop_at=point)
-    run.kill()
+    with StoppedRun(project, kedro_command("--pipeline", stage, "--params", params),
+                    stop_at=point) as run:
+        run.kill()
     return run.point
 
 
@@ -130,10 +130,10 @@ def test_two_data_prep_runs_at_once_write_two_intact_versions(tmp_path, tiny_mod
     params = f"base_model={tiny_model_dir}"
     # The first run stops with its prompts written but not yet in place; the second runs
     # from start to end meanwhile; then the first goes on.
-    first = StoppedRun(project, kedro_command("--pipeline", "data_prep", "--params", params),
-                       stop_at="rename:*/train_prompts.parquet/*/train_prompts.parquet")
-    _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params))
-    _ok(first.resume())
+    with StoppedRun(project, kedro_command("--pipeline", "data_prep", "--params", params),
+                    stop_at="rename:*/train_prompts.parquet/*/train_prompts.parquet") as first:
+        _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params))
+        _ok(first.resume())
 
     _, runs = mlflow_runs(project)
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]

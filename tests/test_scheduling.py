@@ -24,24 +24,23 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
     assert kedro_run(project, "--pipeline", "data_prep", "--params", model).returncode == 0
     params = ["--params", f"{model},eval.max_prompts=2,eval.max_new_tokens=4"]
     # A scheduled eval, stopped while it writes its generations: it holds the eval lock.
-    first = StoppedRun(project, scheduled_command("eval", *params),
-                       stop_at="open-write:*/.eval_generations.parquet.*.partial")
+    with StoppedRun(project, scheduled_command("eval", *params),
+                    stop_at="open-write:*/.eval_generations.parquet.*.partial") as first:
+        second = run_command(project, scheduled_command("eval", *params))
+        assert second.returncode == 75
+        message = " ".join((second.stdout + second.stderr).split())
+        assert "stage eval is already running in this project (pid" in message
+        assert "scheduled run stops without doing anything" in message
+        assert "Running node" not in message
 
-    second = run_command(project, scheduled_command("eval", *params))
-    assert second.returncode == 75
-    message = " ".join((second.stdout + second.stderr).split())
-    assert "stage eval is already running in this project (pid" in message
-    assert "scheduled run stops without doing anything" in message
-    assert "Running node" not in message
+        # A run by hand is not refused: it warns and writes its own versions.
+        by_hand = run_command(project, kedro_command("--pipeline", "eval", *params))
+        assert by_hand.returncode == 0, by_hand.stderr[-3000:]
+        assert "a scheduled run of stage eval is running in this project" in " ".join(
+            (by_hand.stdout + by_hand.stderr).split())
 
-    # A run by hand is not refused: it warns and writes its own versions.
-    by_hand = run_command(project, kedro_command("--pipeline", "eval", *params))
-    assert by_hand.returncode == 0, by_hand.stderr[-3000:]
-    assert "a scheduled run of stage eval is running in this project" in " ".join(
-        (by_hand.stdout + by_hand.stderr).split())
-
-    resumed = first.resume()
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
+        resumed = first.resume()
+        assert resumed.returncode == 0, resumed.stdout[-3000:]
     _, runs = mlflow_runs(project)
     assert [(r.info.run_name, r.info.status) for r in runs] == [
         ("data_prep", "FINISHED"), ("eval", "FINISHED"), ("eval", "FINISHED")]
