@@ -89,17 +89,25 @@ def test_data_prep_killed_mid_save_leaves_every_version_loadable(trained, monkey
     for name, frame in before.items():
         pd.testing.assert_frame_equal(_load(project, monkeypatch, name), frame)
     _killed_runs_are_marked(project, "data_prep", killed=2)
+    assert not list(project.glob("data/**/.*.partial"))  # the re-run cleared the leftovers
 
 
 def test_merge_killed_mid_save_never_leaves_a_model_that_loads(trained, monkeypatch) -> None:
     project, params = trained
-    points = ["open-write:*/.merge-*/*",  # writing the merged model in its hidden work folder
-              "rename:*/merged_model/*/merged_model"]  # complete, just before it is published
-    for point in points:
-        _kill_at(project, "merge", params, point)
-        assert _load(project, monkeypatch, "merged_model") is None  # nothing half-made loads
-    assert list(project.glob("data/06_models/merged_model/*/.merged_model.*.partial"))
+    # Killed while writing the merged model in its hidden work folder.
+    where = _kill_at(project, "merge", params, "open-write:*/.merge-*/*")
+    assert _load(project, monkeypatch, "merged_model") is None  # nothing half-made loads
+    written = Path(where.split(" ", 2)[2])  # "<pid> <event> <path>"
+    (work_dir,) = [p for p in written.parents if p.name.startswith(".merge-")]
+    assert work_dir.is_dir()
+    # Killed with the model complete, just before it is renamed into its version folder.
+    _kill_at(project, "merge", params, "rename:*/merged_model/*/merged_model")
+    assert _load(project, monkeypatch, "merged_model") is None
+    assert not work_dir.exists()  # the second run cleared what the first left
+    staged = list(project.glob("data/06_models/merged_model/*/.merged_model.*.partial"))
+    assert staged
     _ok(kedro_run(project, "--pipeline", "merge", "--params", params))
+    assert not any(p.exists() for p in staged)
     merged = Path(_load(project, monkeypatch, "merged_model"))
     from transformers import AutoModelForCausalLM
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, DatasetError
 
 from rl_pipeline.config import PARAMETER_GROUPS, ConfigError, parse_params
+from rl_pipeline.debris import sweep
 from rl_pipeline.engines import train_params  # noqa: F401  (registers the train group)
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
@@ -71,6 +73,24 @@ class StageLockHook:
     def _release(self) -> None:
         if self._locks is not None:
             self._locks.release()
+
+
+class LeftoversHook:
+    """Before a run writes anything, remove what killed runs left (:mod:`rl_pipeline.debris`):
+    hidden half-written files and work folders under ``data/``, in the system's temporary
+    folder and in ``merge.scratch_dir``."""
+
+    def __init__(self) -> None:
+        self._scratch: list[str] = []
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        merge = context.params.get("merge") or {}
+        self._scratch = [tempfile.gettempdir(), *filter(None, [merge.get("scratch_dir")])]
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
+        sweep([Path(run_params["project_path"]) / "data"], flat=map(Path, self._scratch))
 
 
 class LineageHook:

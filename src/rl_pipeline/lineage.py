@@ -10,6 +10,8 @@ from pathlib import Path
 
 import mlflow
 
+from rl_pipeline.debris import pid_alive
+
 logger = logging.getLogger(__name__)
 
 HOST_TAG, PID_TAG = "process.host", "process.pid"
@@ -58,7 +60,7 @@ def end_orphaned_runs(client: mlflow.MlflowClient, experiment_id: str, current_r
     ended = []
     for run in runs:
         pid = run.data.tags.get(PID_TAG, "")
-        if run.info.run_id == current_run_id or not pid.isdigit() or _alive(int(pid)):
+        if run.info.run_id == current_run_id or not pid.isdigit() or pid_alive(int(pid)):
             continue
         client.set_tag(run.info.run_id, "error",
                        f"process {pid} on {host} ended without closing this run (killed: "
@@ -70,12 +72,3 @@ def end_orphaned_runs(client: mlflow.MlflowClient, experiment_id: str, current_r
                        ", ".join(ended))
     return ended
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -2,10 +2,15 @@
 
 from kedro.config import OmegaConfigLoader
 
-from rl_pipeline.hooks import LineageHook, ParameterValidationHook, StageLockHook
+from rl_pipeline.hooks import (
+    LeftoversHook,
+    LineageHook,
+    ParameterValidationHook,
+    StageLockHook,
+)
 
 # kedro-mlflow registers its own hook through its entry point.
-HOOKS = (ParameterValidationHook(), StageLockHook(), LineageHook())
+HOOKS = (ParameterValidationHook(), StageLockHook(), LeftoversHook(), LineageHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -22,6 +21,8 @@ from kedro_datasets.json import JSONDataset as _JSONDataset
 from kedro_datasets.matplotlib import MatplotlibDataset as _MatplotlibDataset
 from kedro_datasets.pandas import ParquetDataset as _ParquetDataset
 from kedro_datasets.text import TextDataset as _TextDataset
+
+from rl_pipeline.debris import staging_path
 
 
 class AtomicSaveMixin:
@@ -33,7 +34,7 @@ class AtomicSaveMixin:
         if getattr(self, "_protocol", "file") != "file":
             return _unwrapped_parent_save(type(self))(self, data)
         final = PurePosixPath(super()._get_save_path())  # type: ignore[misc]
-        staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.partial")
+        staging = PurePosixPath(staging_path(Path(final)))
         self._staging = staging
         try:
             Path(final).parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -12,6 +11,7 @@ from kedro.io import DatasetError
 from kedro.io.core import AbstractVersionedDataset, Version, VersionNotFoundError
 
 from rl_pipeline.datasets.atomic import remove_if_empty, storage_error
+from rl_pipeline.debris import staging_path
 
 
 class ModelFolderDataset(AbstractVersionedDataset[str, "str | None"]):
@@ -48,7 +48,7 @@ class ModelFolderDataset(AbstractVersionedDataset[str, "str | None"]):
         if not source.is_dir():
             raise DatasetError(f"{type(self).__name__} saves a folder; {source} is not one")
         final = Path(self._get_save_path())
-        staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.partial")
+        staging = staging_path(final)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(source), str(staging))

@@ -14,7 +14,6 @@ import logging
 import math
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from matplotlib.figure import Figure
 from transformers import TrainerCallback
 
 from rl_pipeline.config import RewardParams
+from rl_pipeline.debris import work_dir
 from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.trl_config import grpo_config, lora_config
 from rl_pipeline.engines.trl_params import TrlParams
@@ -247,7 +247,7 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
                "first_reward": _first(history, "reward"), "last_reward": _first(
                    history[::-1], "reward")}
     Path(scratch_dir).mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(prefix=".lora-adapter-", dir=scratch_dir))
+    out = work_dir("lora-adapter", scratch_dir)
     try:
         trainer.save_model(str(out))
         (out / TRAINING_RUN).write_text(json.dumps({**summary, "lora": params.apply_lora},

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from rl_pipeline.config import DataParams, RewardParams
+from rl_pipeline.debris import temporary_work_dir, work_dir
 from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.verl_checks import (
     check_chat_template,
@@ -172,10 +172,10 @@ def export_adapter(checkpoints: Path, scratch_dir: str | Path, summary: dict[str
                            f"({LATEST} is missing); set train.verl.trainer_save_freq")
     Path(scratch_dir).mkdir(parents=True, exist_ok=True)
     # Hidden names: a crash leaves nothing that looks like an adapter; the catalog moves it.
-    out = Path(tempfile.mkdtemp(prefix=".lora-adapter-", dir=scratch_dir))
+    out = work_dir("lora-adapter", scratch_dir)
     try:
         if lora:
-            with tempfile.TemporaryDirectory(prefix=".convert-", dir=scratch_dir) as scratch:
+            with temporary_work_dir("convert", scratch_dir) as scratch:
                 converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
                 for item in (converted / "lora_adapter").iterdir():
                     item.rename(out / item.name)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rl_pipeline.debris import staging_path
+
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "model_metadata.json"
@@ -109,7 +111,7 @@ def resolve_model(source: str | Path, out_root: str | Path,
         return ResolvedModel(out, cached)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
+    staging = staging_path(out)
     try:
         if location.gguf is not None:
             _convert_gguf(location.gguf, staging)

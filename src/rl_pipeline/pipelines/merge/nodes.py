@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rl_pipeline.config import MergeParams, parse_params
+from rl_pipeline.debris import temporary_work_dir, work_dir
 from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.merge.fsdp import (
     convert_fsdp_checkpoint,
@@ -74,7 +74,7 @@ def merge_model(lora_adapter: str | None, train_checkpoints: str | None, base_mo
     # Hidden, so a crash leaves nothing that looks like a model; the catalog moves it away.
     if params.scratch_dir:
         Path(params.scratch_dir).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".merge-", dir=params.scratch_dir))
+    work = work_dir("merge", params.scratch_dir)
     try:
         if lora_adapter is not None:
             metadata = _merge_lora(Path(base_model), _adapter_folder(Path(lora_adapter)),
@@ -125,7 +125,7 @@ def _merge_lora(base: Path, adapter_dir: Path, out: Path, params: MergeParams) -
 
 
 def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix=".convert-", dir=params.scratch_dir) as scratch:
+    with temporary_work_dir("convert", params.scratch_dir) as scratch:
         converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
         adapter_dir = converted / "lora_adapter"
         if (adapter_dir / ADAPTER_CONFIG).is_file():
