@@ -55,15 +55,14 @@ class AtomicSaveMixin:
         return super()._get_save_path()  # type: ignore[misc]
 
 
+_ELSEWHERE = "or point this catalog entry elsewhere"
+_NO_PERMISSION = f"no permission to write there: fix the folder's owner or mode, {_ELSEWHERE}"
 _STORAGE_PROBLEMS = {
-    errno.ENOSPC: "the disk is full: free space on it, or point this catalog entry elsewhere",
-    errno.EDQUOT: "the disk quota is used up: free space, or point this catalog entry elsewhere",
-    errno.EROFS: "the file system is read-only: mount it writable, or point this catalog "
-                 "entry elsewhere",
-    errno.EACCES: "no permission to write there: fix the folder's owner or mode, or point "
-                  "this catalog entry elsewhere",
-    errno.EPERM: "no permission to write there: fix the folder's owner or mode, or point "
-                 "this catalog entry elsewhere",
+    errno.ENOSPC: f"the disk is full: free space on it, {_ELSEWHERE}",
+    errno.EDQUOT: f"the disk quota is used up: free space, {_ELSEWHERE}",
+    errno.EROFS: f"the file system is read-only: mount it writable, {_ELSEWHERE}",
+    errno.EACCES: _NO_PERMISSION,
+    errno.EPERM: _NO_PERMISSION,
     errno.EFBIG: "the file is larger than this process or file system allows",
 }
 
