@@ -21,7 +21,7 @@ AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 DAG_PIPELINES := __default__,data_prep,train,merge,eval
 export KEDRO_DISABLE_TELEMETRY ?= true
 
-.PHONY: run test install model benchmarks lint ui clean-venv airflow-dags airflow-check
+.PHONY: run test install model benchmarks lint ui viz viz-png clean-venv airflow-dags airflow-check
 
 run: install model
 	@echo "kedro environment: $(ENV) (override with ENV=...)"
@@ -46,6 +46,14 @@ benchmarks: install
 # kedro-mlflow shells out to the `mlflow` executable, so it must be on PATH.
 ui: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/kedro mlflow ui
+
+# The pipeline graph in kedro-viz at http://127.0.0.1:4141 (Ctrl-C stops it); ARGS="--pipeline train".
+viz: install
+	$(BIN)/kedro viz run --host 127.0.0.1 --port 4141 --env $(ENV) $(ARGS)
+
+# docs/images/pipeline.png: kedro-viz's drawing of the default pipeline, by headless Chromium.
+viz-png: install
+	$(BIN)/python scripts/pipeline_png.py --env $(ENV) $(ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -15,8 +15,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GSM8K_TRAIN = PROJECT_ROOT / "data/01_raw/gsm8k/train.jsonl"
 GSM8K_TEST = PROJECT_ROOT / "data/01_raw/gsm8k/test.jsonl"
 SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# Resolved models are cached across test sessions (the GGUF conversion takes half a minute).
-RESOLVED_CACHE = PROJECT_ROOT / "data/06_models/resolved"
+# Folders made once per test session (see resolved_cache), for code that takes no fixtures.
+_SESSION_FOLDERS: dict[str, Path] = {}
 
 
 def read_gsm8k(path: Path = GSM8K_TRAIN, n: int | None = None) -> list[dict[str, Any]]:
@@ -52,22 +52,26 @@ def tokenizer(tokenizer_dir: Path):
     return load_tokenizer(tokenizer_dir)
 
 
+def base_parameters() -> dict[str, Any]:
+    """conf/base's parameters as Kedro loads them (every group; most hold departures only)."""
+    from kedro.config import OmegaConfigLoader
+
+    return OmegaConfigLoader(str(PROJECT_ROOT / "conf"), base_env="base",
+                             default_run_env="base")["parameters"]
+
+
 @pytest.fixture
 def prep_params() -> dict[str, Any]:
-    """The GSM8K data_prep group, as conf/base/parameters_data_prep.yml gives it."""
-    import yaml
-
-    conf = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_data_prep.yml").read_text())
-    return dict(conf["data_prep"])
+    """The GSM8K data_prep group as conf/base gives it (raw: Kedro validates it into
+    ``DataPrepParams`` in a session)."""
+    return dict(base_parameters()["data_prep"])
 
 
 @pytest.fixture
 def data_params() -> dict[str, Any]:
-    """The shared data group, as conf/base/parameters.yml gives it."""
-    import yaml
-
-    conf = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters.yml").read_text())
-    return dict(conf["data"])
+    """The shared data group as conf/base gives it (raw), responses capped at 8 tokens so
+    that tests generate little."""
+    return {**base_parameters()["data"], "data_max_response_length": 8}
 
 
 @pytest.fixture(scope="session")
@@ -78,13 +82,28 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_model"), tokenizer)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def resolved_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The resolved-model cache of this test session, in pytest's temporary folder (never the
+    project's data/): SmolLM2's GGUF conversion (half a minute) happens once per session, for
+    the fixtures and for the kedro runs of tests/projects.py alike."""
+    folder = tmp_path_factory.mktemp("resolved")
+    _SESSION_FOLDERS["resolved"] = folder
+    return folder
+
+
+def resolved_cache_dir() -> Path:
+    """:func:`resolved_cache`'s folder, for code that is no fixture."""
+    return _SESSION_FOLDERS["resolved"]
+
+
 @pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def smollm2_dir(resolved_cache: Path) -> Path:
     """SmolLM2-135M-Instruct resolved from its GGUF into a Hugging Face folder (once)."""
     from rl_pipeline.models.resolve import resolve_model
 
     assert SMOLLM2_GGUF.exists(), "run `make model` to fetch SmolLM2-135M-Instruct"
-    return resolve_model(SMOLLM2_GGUF, RESOLVED_CACHE).path
+    return resolve_model(SMOLLM2_GGUF, resolved_cache).path
 
 
 def gsm8k_prompts(n: int, split: str = "train", path: Path = GSM8K_TRAIN):

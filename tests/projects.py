@@ -19,7 +19,7 @@ import mlflow
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog
 
-from tests.conftest import PROJECT_ROOT, RESOLVED_CACHE
+from tests.conftest import PROJECT_ROOT, resolved_cache_dir
 
 FAULT_INJECTION = Path(__file__).parent / "fault_injection"
 
@@ -31,10 +31,10 @@ def make_project(root: Path) -> Path:
     shutil.copy(PROJECT_ROOT / "pyproject.toml", project)
     shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
                     ignore=shutil.ignore_patterns("local"))
-    # Share the resolved-model cache, so SmolLM2's GGUF is converted once for all tests.
+    # Share the session's resolved-model cache, so SmolLM2's GGUF is converted once.
     for catalog in project.glob("conf/*/catalog.yml"):
         catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
-                                                       f"resolved_dir: {RESOLVED_CACHE}"))
+                                                       f"resolved_dir: {resolved_cache_dir()}"))
     (project / "conf/local").mkdir()
     shutil.copytree(PROJECT_ROOT / "scripts", project / "scripts")
     (project / "src").mkdir()  # the package itself is installed in the environment

@@ -28,8 +28,9 @@ from tests.projects import (
 
 pytestmark = pytest.mark.slow
 
-TRAIN = "train.trl.max_steps=1,train.trl.max_completion_length=8,train.trl.save_steps=1"
-EVAL = "eval.max_prompts=2,eval.max_new_tokens=4"
+# data.data_max_response_length caps both training and eval responses.
+TRAIN = "train.trl.max_steps=1,data.data_max_response_length=4,train.trl.save_steps=1"
+EVAL = "eval.max_prompts=2"
 
 
 def _ok(result) -> None:

@@ -191,8 +191,8 @@ def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
 
 
 # The CPU run of `make run`, shortened: two training steps, short completions, four prompts.
-SHORT = ("train.trl.max_steps=2,train.trl.max_completion_length=24,train.trl.save_steps=1,"
-         "eval.max_prompts=4,eval.max_new_tokens=32")
+SHORT = ("train.trl.max_steps=2,data.data_max_response_length=24,train.trl.save_steps=1,"
+         "eval.max_prompts=4")
 
 
 def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_path) -> None:
@@ -213,7 +213,7 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
                     "reward_errors"):
             assert key in metrics[label]
         assert metrics[label]["prompts"] == 4
-        assert 0 < metrics[label]["mean_response_tokens"] <= 32
+        assert 0 < metrics[label]["mean_response_tokens"] <= 24
     report = (project / "data/08_reporting/eval_report.md").read_text()
     assert "| metric | base | trained | delta |" in report
     merged = Path(ModelFolderDataset(path=str(project / "data/06_models/merged_model"),
@@ -243,6 +243,9 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert prep.data.metrics["data_prep.rows_out.val"] == 1319
     assert "eval.max_prompts" not in prep.data.params
     assert train.data.params["train.engine"] == "trl"
+    # Typed groups are logged field by field (defaults included), not as one long string.
+    assert "train" not in train.data.params and "train" not in train.data.tags
+    assert train.data.params["train.trl.beta"] == "0.0"
     assert train.data.params["reward.custom_reward_function.name"] == "gsm8k_format_credit"
     steps = client.get_metric_history(train.info.run_id, "train/reward")
     assert [m.step for m in steps] == [1, 2]

@@ -22,7 +22,7 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
     project = make_project(tmp_path)
     model = f"base_model={tiny_model_dir}"
     assert kedro_run(project, "--pipeline", "data_prep", "--params", model).returncode == 0
-    params = ["--params", f"{model},eval.max_prompts=2,eval.max_new_tokens=4"]
+    params = ["--params", f"{model},eval.max_prompts=2,data.data_max_response_length=4"]
     # A scheduled eval, stopped while it writes its generations: it holds the eval lock.
     with StoppedRun(project, scheduled_command("eval", *params),
                     stop_at="open-write:*/.eval_generations.parquet.*.partial") as first:

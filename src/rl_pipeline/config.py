@@ -1,30 +1,164 @@
-"""Typed parameter groups, validated in one place.
+"""Typed parameter groups, validated in one place, and the parameters that follow others.
 
-Each group is a pydantic model whose fields carry their default and help text, so the
-model is its own reference (in the manner of TRL's ``GRPOConfig``). Nodes receive the raw
-``params:<group>`` dict from Kedro and call :func:`parse_params`, which reports every
-problem at once, naming the parameter, the value given and what is allowed.
+Each group is a pydantic model whose fields carry their default and help text, so the model
+is its own reference (in the manner of TRL's ``GRPOConfig``) and the one source of every
+default: ``conf/*/parameters*.yml`` set only what a configuration changes, and
+``docs/parameters.md`` is generated from the models. Nodes declare their groups by type
+(``data: DataParams``); Kedro instantiates them from ``params:<group>`` before the run
+starts, and :meth:`ParamGroup.model_validate` words every problem at once, naming the
+parameter, the value given and what is allowed.
+
+Where several parameters mean one thing (a spec name of each trainer for the response length,
+say), :data:`FOLLOWERS` names one owner: the others default to null and then take the owner's
+value; a follower set to a different value is refused.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class ConfigError(ValueError):
     """One or more parameters are invalid. The message lists each of them."""
 
 
+@dataclass(frozen=True)
+class Follower:
+    """A parameter that means the same as its ``owner`` (both as ``group.name`` paths)."""
+
+    name: str
+    owner: str
+
+
+FOLLOWERS: tuple[Follower, ...] = (
+    Follower("train.verl.rollout_name", "train.verl.ENGINE"),
+    Follower("train.verl.actor_rft_mini_batch_size", "train.verl.actor_ppo_mini_batch_size"),
+    Follower("train.verl.actor_rft_micro_batch_size_per_gpu",
+             "train.verl.actor_ppo_micro_batch_size_per_gpu"),
+    Follower("train.trl.vllm_gpu_memory_utilization",
+             "train.verl.rollout_gpu_memory_utilization"),
+    Follower("train.trl.max_prompt_length", "data.data_max_prompt_length"),
+    Follower("train.trl.max_completion_length", "data.data_max_response_length"),
+    Follower("eval.max_new_tokens", "data.data_max_response_length"),
+    Follower("eval.vllm_gpu_memory_utilization", "train.verl.rollout_gpu_memory_utilization"),
+)
+
+
+def follow(name: str, value: Any, owner_value: Any) -> Any:
+    """The value of follower ``name``: its owner's, when it is unset or the same.
+
+    Raises:
+        ConfigError: When it is set to another value than its owner's.
+    """
+    owner = _FOLLOWED[name]
+    if value is None or value == owner_value:
+        return owner_value
+    raise ConfigError(f"{name}={value!r}: leave it unset (null) or equal to {owner} "
+                      f"({owner_value!r}); {owner} sets both")
+
+
+_FOLLOWED = {f.name: f.owner for f in FOLLOWERS}
+
+
+def disagreeing_followers(groups: Mapping[str, Any]) -> list[str]:
+    """Every follower set to another value than its owner, over validated groups."""
+    problems = []
+    for f in FOLLOWERS:
+        value, owner_value = _lookup(groups, f.name), _lookup(groups, f.owner)
+        if value is _ABSENT or owner_value is _ABSENT:
+            continue  # a group this configuration does not have
+        try:
+            follow(f.name, value, owner_value)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+_ABSENT = object()
+
+
+def _lookup(groups: Mapping[str, Any], path: str) -> Any:
+    node: Any = groups
+    for part in path.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(part, _ABSENT)
+        else:
+            node = getattr(node, part, _ABSENT)
+        if node is _ABSENT:
+            return _ABSENT
+    return node
+
+
 class ParamGroup(BaseModel):
-    """Base of every parameter group: unknown names are errors; values are checked, frozen."""
+    """Base of every parameter group: unknown names are errors; values are checked, frozen.
+
+    ``group`` is where the model lives in ``conf/*/parameters*.yml`` (nested groups are named
+    through their parent). Followers inside one group take their owner's value here.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    group: ClassVar[str] = ""
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """Validate, raising :class:`ConfigError` with every problem named (Kedro shows it)."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, cls, cls.group or cls.__name__)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _follow_owners(cls, values: Any) -> Any:
+        if not cls.group or not isinstance(values, Mapping):
+            return values
+        values, problems = dict(values), []
+        prefix = cls.group + "."
+        for f in FOLLOWERS:
+            if f.name.startswith(prefix) and f.owner.startswith(prefix):
+                own = _value_or_default(cls, values, f.owner.removeprefix(prefix))
+                try:
+                    _update_path(values, f.name.removeprefix(prefix),
+                                 lambda v, own=own, name=f.name: follow(name, v, own))
+                except ConfigError as exc:
+                    problems.append(str(exc))
+        if problems:  # pydantic words it with the input; _describe keeps the message only
+            raise ValueError("\n  - ".join(problems))
+        return values
+
+
+def _value_or_default(model: type[BaseModel], values: dict[str, Any], path: str) -> Any:
+    """The raw value at ``path`` (a.b) of ``values``, else the model's default there."""
+    *parents, leaf = path.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+        values = values.get(part) or {}
+        if isinstance(values, BaseModel):
+            values = values.model_dump()
+    if leaf in values:
+        return values[leaf]
+    return model.model_fields[leaf].get_default(call_default_factory=True)
+
+
+def _update_path(values: dict[str, Any], path: str, update: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = values
+    for part in parents:
+        child = node.get(part) or {}
+        node[part] = child = (child.model_dump(exclude_unset=True)
+                              if isinstance(child, BaseModel) else dict(child))
+        node = child
+    node[leaf] = update(node.get(leaf))
 
 
 class DataParams(ParamGroup):
     """The spec's ``data_*`` parameters: one value shared by data_prep and the trainers."""
+
+    group: ClassVar[str] = "data"
 
     data_max_prompt_length: int = Field(
         1024, gt=0,
@@ -52,6 +186,8 @@ class DataParams(ParamGroup):
 
 class DataPrepParams(ParamGroup):
     """How raw records become verl prompts (the ``data_prep`` group)."""
+
+    group: ClassVar[str] = "data_prep"
 
     dataset_prompt_column: str = Field(
         "problem", description="Column holding the prompt text (GRPO spec name)."
@@ -119,6 +255,8 @@ class CustomRewardFunction(ParamGroup):
 class RewardParams(ParamGroup):
     """The reward used by evaluation and both trainers (the ``reward`` group)."""
 
+    group: ClassVar[str] = "reward"
+
     custom_reward_function: CustomRewardFunction = Field(
         default_factory=CustomRewardFunction, description="The spec's custom_reward_function.")
     strict: bool = Field(
@@ -128,6 +266,8 @@ class RewardParams(ParamGroup):
 
 class EvalParams(ParamGroup):
     """Evaluation of the base and the trained model (the ``eval`` group)."""
+
+    group: ClassVar[str] = "eval"
 
     backend: Literal["auto", "hf", "vllm"] = Field(
         "auto", description="Generation back end: 'hf' (transformers generate, CPU or GPU), "
@@ -144,17 +284,21 @@ class EvalParams(ParamGroup):
     rollout_val_top_k: int = Field(
         -1, ge=-1, description="Top-k for validation/evaluation; -1 disables it (spec).")
     max_new_tokens: int | None = Field(
-        None, gt=0, description="Cap on response tokens; null: data.data_max_response_length.")
+        None, gt=0, description="Cap on response tokens. Follows data.data_max_response_length "
+        "(null); another value is refused.")
     batch_size: int = Field(32, ge=1, description="Prompts per generate call (hf back end).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Model dtype; auto: bfloat16 on GPU, float32 on CPU.")
-    vllm_gpu_memory_utilization: float = Field(
-        0.6, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm back end).")
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm back end). "
+        "Follows train.verl.rollout_gpu_memory_utilization (null); another value is refused.")
     seed: int = Field(42, description="Sampling seed.")
 
 
 class MergeParams(ParamGroup):
     """Merging the LoRA adapter into the base model (the ``merge`` group)."""
+
+    group: ClassVar[str] = "merge"
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Dtype of the merged weights; auto: the base model's. The merge "
@@ -170,29 +314,6 @@ class MergeParams(ParamGroup):
         "register it under this name. Off (null) by default: multi-GB uploads are slow.")
 
 
-P = TypeVar("P", bound=ParamGroup)
-
-
-def parse_params(model: type[P], values: dict[str, Any] | None, group: str) -> P:
-    """Validate one parameter group, reporting every problem at once.
-
-    Args:
-        model: The parameter model to build.
-        values: The group's raw values, as Kedro passes ``params:<group>``.
-        group: The group's name, used to name parameters in the error (``data.data_truncation``).
-
-    Returns:
-        The validated parameters.
-
-    Raises:
-        ConfigError: Listing each invalid, unknown or mistyped parameter.
-    """
-    try:
-        return model.model_validate(values or {})
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, model, group)) from None
-
-
 def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
     lines = [f"{exc.error_count()} invalid parameter(s) in '{group}':"]
     for err in exc.errors():
@@ -201,18 +322,12 @@ def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
             allowed = ", ".join(sorted(_nested_model(model, err["loc"][:-1]).model_fields))
             lines.append(f"  - {name}: unknown parameter (known: {allowed})")
             continue
+        if err["type"] == "value_error" and isinstance(err.get("input"), Mapping):
+            # a rule over several fields (a follower): its message names them
+            lines.append(f"  - {err['msg'].removeprefix('Value error, ')}")
+            continue
         lines.append(f"  - {name}={err.get('input')!r}: {err['msg']}")
     return "\n".join(lines)
-
-
-# Parameter groups by their key in conf/*/parameters*.yml (train: see engines.train_params).
-PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
-    "data": DataParams,
-    "data_prep": DataPrepParams,
-    "reward": RewardParams,
-    "eval": EvalParams,
-    "merge": MergeParams,
-}
 
 
 def _nested_model(model: type[ParamGroup], loc: tuple) -> type[ParamGroup]:

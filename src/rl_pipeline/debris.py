@@ -1,7 +1,7 @@
 """What killed runs leave behind, and its removal by the next run.
 
-Every save writes under a hidden name and renames into place (datasets/atomic.py,
-datasets/model_folder.py, models/resolve.py), and train and merge build their models in
+Every save writes under a hidden name and renames into place (:func:`rl_pipeline.staging.staged`,
+for the datasets and the resolved base model), and train and merge build their models in
 hidden work folders. A run killed midway leaves these behind. No load ever picks them up,
 but a killed merge of a 7B model leaves 15 GB of them. Their names carry the writer's host
 (hashed) and pid, so that the next run can remove those whose writer is gone and leave alone
@@ -59,6 +59,14 @@ def temporary_work_dir(prefix: str, parent: str | Path | None = None) -> Iterato
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove(path: Path) -> None:
+    """Remove a file, link or folder tree, whichever ``path`` is; nothing if it is not there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists on this host (perhaps a new one with a reused pid)."""
     try:
@@ -98,10 +106,7 @@ def sweep(trees: Iterable[Path], flat: Iterable[Path] = ()) -> list[Path]:
         except OSError:
             continue
     for path in found:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        remove(path)
     if found:
         logger.info("removed %d leftover(s) of killed runs: %s", len(found),
                     ", ".join(str(p) for p in found[:5]) + (" ..." if len(found) > 5 else ""))

@@ -12,34 +12,69 @@ import mlflow
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, DatasetError
+from kedro_mlflow.framework.hooks import MlflowHook
+from pydantic import BaseModel
 
-from rl_pipeline.config import PARAMETER_GROUPS, ConfigError, parse_params
+from rl_pipeline.config import (
+    ConfigError,
+    DataParams,
+    DataPrepParams,
+    EvalParams,
+    MergeParams,
+    ParamGroup,
+    RewardParams,
+    disagreeing_followers,
+)
 from rl_pipeline.debris import sweep
-from rl_pipeline.engines import train_params  # noqa: F401  (registers the train group)
+from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
 
+# Every parameter group, by its key in conf/*/parameters*.yml.
+PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
+    model.group: model for model in (DataParams, DataPrepParams, RewardParams, EvalParams,
+                                     MergeParams, TrainParams)}
 
-class ParameterValidationHook:
-    """Validate every parameter group before any node runs, reporting all problems together.
 
-    Nodes validate their own groups as well (so they stay usable outside a session); this
-    hook makes a typo in, say, the train group fail a full run at once, not after data_prep.
+class WholeConfigurationHook:
+    """Check every parameter group, and the parameters that follow another, before any node.
+
+    Kedro instantiates the typed groups of the pipelines it runs (``--pipeline data_prep``
+    checks only data_prep's), and each stage of a whole `kedro run` is its own session
+    (``cli.py``). This makes a typo in the train group, or ``eval.max_new_tokens`` set
+    against ``data.data_max_response_length`` (:data:`rl_pipeline.config.FOLLOWERS`), fail
+    any run at once, not an hour later when that stage starts.
     """
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        params = context.params
-        problems = []
-        for group, model in PARAMETER_GROUPS.items():
-            if group not in params:
-                continue
+        raw = context.config_loader["parameters"]  # runtime --params included
+        groups, problems = {}, []
+        for name, model in PARAMETER_GROUPS.items():
             try:
-                parse_params(model, params[group], group)
+                groups[name] = model.model_validate(raw.get(name) or {})
             except ConfigError as exc:
                 problems.append(str(exc))
+        if not problems:
+            problems = [f"  - {p}" for p in disagreeing_followers(groups)]
         if problems:
             raise ConfigError("\n".join(problems))
+
+
+class TypedParamsMlflowHook(MlflowHook):
+    """kedro-mlflow's hook, logging typed parameter groups field by field.
+
+    Kedro hands nodes our pydantic groups, which kedro-mlflow would log as one long string
+    per group; given their plain values it flattens them (``train.trl.learning_rate``) as it
+    does dicts. Registered instead of the plugin's own instance (settings.py).
+    """
+
+    @hook_impl
+    def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],
+                        is_async: bool) -> None:
+        plain = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                 for k, v in inputs.items()}
+        super().before_node_run(node=node, catalog=catalog, inputs=plain, is_async=is_async)
 
 
 # Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.
@@ -85,8 +120,9 @@ class LeftoversHook:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        merge = context.params.get("merge") or {}
-        self._scratch = [tempfile.gettempdir(), *filter(None, [merge.get("scratch_dir")])]
+        merge = context.params.get("merge")
+        self._scratch = [tempfile.gettempdir(), *filter(None, [getattr(merge, "scratch_dir",
+                                                                       None)])]
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any]) -> None:

@@ -5,12 +5,16 @@ from kedro.config import OmegaConfigLoader
 from rl_pipeline.hooks import (
     LeftoversHook,
     LineageHook,
-    ParameterValidationHook,
     StageLockHook,
+    TypedParamsMlflowHook,
+    WholeConfigurationHook,
 )
 
-# kedro-mlflow registers its own hook through its entry point.
-HOOKS = (ParameterValidationHook(), StageLockHook(), LeftoversHook(), LineageHook())
+# kedro-mlflow's hook is ours, extended for typed parameters (TypedParamsMlflowHook), so its
+# entry-point instance is off.
+HOOKS = (WholeConfigurationHook(), StageLockHook(), LeftoversHook(), TypedParamsMlflowHook(),
+         LineageHook())
+DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)  # its distribution name
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

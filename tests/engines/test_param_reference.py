@@ -1,7 +1,9 @@
-"""The generated parameter reference (docs/parameters.md) against the code and the specs."""
+"""The generated parameter reference (docs/parameters.md) against the code and the specs'
+parameters (docs/reference/spec_parameters.yaml); the tools that make both."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -11,17 +13,6 @@ import yaml
 from omegaconf import OmegaConf
 
 from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines import reference
-from rl_pipeline.engines.reference import (
-    CATALOG_INPUTS,
-    DATA_PREP_USES,
-    EQUIVALENTS,
-    REGENERATE,
-    SPECS,
-    TRAIN_SETS,
-    VERL_NOT_KEYS,
-    reference_markdown,
-)
 from rl_pipeline.engines.trl_params import TrlParams
 from rl_pipeline.engines.verl_config import (
     NOT_VERL_KEYS,
@@ -33,10 +24,31 @@ from rl_pipeline.engines.verl_config import (
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from tests.conftest import PROJECT_ROOT
-from tests.engines.spec_tables import spec_defaults
+from tests.engines.spec_facts import (
+    SPEC_PARAMETERS,
+    load_script,
+    reference,
+    same_default,
+    spec_defaults,
+)
+
+# The generator's own tables (scripts/parameter_reference.py).
+CATALOG_INPUTS = reference.CATALOG_INPUTS
+DATA_PREP_USES = reference.DATA_PREP_USES
+EQUIVALENTS = reference.EQUIVALENTS
+REGENERATE = reference.REGENERATE
+SPECS = reference.SPECS
+TRAIN_SETS = reference.TRAIN_SETS
+VERL_NOT_KEYS = reference.VERL_NOT_KEYS
+reference_markdown = reference.reference_markdown
 
 DOC = PROJECT_ROOT / "docs" / "parameters.md"
-SPEC_FILES = {"verl_trainer_component.md", "rft_trainer_component.md", "grpo_trl_component.md"}
+COMPONENTS = {"verl_trainer_component": "verl_trainer_component.md",
+              "rft_trainer": "rft_trainer_component.md",
+              "group_relative_policy_optimization": "grpo_trl_component.md"}
+# The spec types, and the Python types of their defaults.
+TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+         "uri_file": str, "uri_folder": str}
 _CELL = re.compile(r"(?<!\\)\|")
 _MISSING = object()
 
@@ -71,32 +83,62 @@ def test_committed_doc_is_current(markdown) -> None:
         f"docs/parameters.md is stale: regenerate it with `{REGENERATE}`")
 
 
-def test_module_main_prints_the_reference(markdown) -> None:
-    out = subprocess.run([sys.executable, "-m", "rl_pipeline.engines.reference"],
-                         capture_output=True, text=True, check=True, cwd=PROJECT_ROOT)
+def test_the_script_prints_the_reference_from_anywhere(markdown, tmp_path) -> None:
+    out = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts/parameter_reference.py")],
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout == markdown
 
 
-def test_specs_table_is_the_specs_own() -> None:
-    assert {spec.file for spec in SPECS} == SPEC_FILES
+def test_the_package_does_not_carry_the_generator() -> None:
+    assert importlib.util.find_spec("rl_pipeline.engines.reference") is None
+
+
+def test_the_spec_parameters_file_is_well_formed() -> None:
+    components = yaml.safe_load(SPEC_PARAMETERS.read_text(encoding="utf-8"))["components"]
+    assert {c["component"]: c["file"] for c in components} == COMPONENTS
+    assert [(s.name, s.file) for s in SPECS] == [(c["component"], c["file"]) for c in components]
+    for comp in components:
+        names = [p["name"] for p in comp["parameters"]]
+        assert len(names) == len(set(names)), comp["component"]
+        for p in comp["parameters"]:
+            where = f"{comp['component']}.{p['name']}"
+            assert set(p) <= {"name", "type", "default", "enum"} and "default" in p, where
+            assert p["type"] in TYPES, where
+            default = p["default"]
+            if default is not None:
+                assert isinstance(default, TYPES[p["type"]]), where
+                assert p["type"] == "boolean" or not isinstance(default, bool), where
+            if "enum" in p:
+                assert p["enum"] and all(isinstance(v, str) for v in p["enum"]), where
+                assert default is None or default in p["enum"], where
+    counts = {c["component"]: len(c["parameters"]) for c in components}
+    assert counts == {"verl_trainer_component": 48, "rft_trainer": 51,
+                      "group_relative_policy_optimization": 35}
+    assert spec_defaults("group_relative_policy_optimization")["dataset_name"] == ""
+
+
+def test_every_spec_parameter_has_a_home() -> None:
+    catalog = yaml.safe_load((PROJECT_ROOT / "conf/base/catalog.yml").read_text())
     for spec in SPECS:
-        assert list(spec.params) == list(spec_defaults(spec.file).items()), spec.file
+        for name in spec_defaults(spec.name):
+            where, ours = reference._home(spec, name, catalog)  # LookupError: no home
+            assert where and ours, f"{spec.name}.{name}"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_every_spec_parameter_is_a_row_with_the_spec_default(markdown, spec) -> None:
     rows = _section(markdown, spec.name)
-    parsed = spec_defaults(spec.file)
-    assert [r[0] for r in rows] == [f"`{name}`" for name in parsed], "spec order, every name"
-    for row, (name, default) in zip(rows, parsed.items(), strict=True):
-        assert row[1] == f"`{default}`", name
+    facts = spec_defaults(spec.name)
+    assert [r[0] for r in rows] == [f"`{name}`" for name in facts], "spec order, every name"
+    for row, (name, default) in zip(rows, facts.items(), strict=True):
+        cell = row[1].strip("`")  # the text, '-' for none, '' quoted
+        assert same_default(default, {"-": None, "''": ""}.get(cell, cell)), name
         assert all(row[2:6]), f"{name}: an empty cell"
 
 
 def test_every_equivalent_names_existing_parameters() -> None:
-    grpo = set(spec_defaults("grpo_trl_component.md"))
-    verl = set(spec_defaults("verl_trainer_component.md")) | \
-        set(spec_defaults("rft_trainer_component.md"))
+    grpo = set(spec_defaults("group_relative_policy_optimization"))
+    verl = set(spec_defaults("verl_trainer_component")) | set(spec_defaults("rft_trainer"))
     config = compose_verl_config([])
     owned = owned_keys(_launch())
     for eq in EQUIVALENTS:
@@ -130,7 +172,7 @@ def test_hand_written_routes_match_the_code() -> None:
     assert DATA_PREP_USES <= set(DataParams.model_fields)
     prep = (PROJECT_ROOT / "src/rl_pipeline/pipelines/data_prep/nodes.py").read_text()
     for name in DATA_PREP_USES:
-        assert f"shared.{name}" in prep, name
+        assert f"data.{name}" in prep, name
     assert "shared.data_max_response_length" not in prep
     ray = re.search(r"`([\w.]+)`", TRAIN_SETS["ray_address"])[1]
     assert ray in {override_key(o) for o in _launch(ray_address="auto")}
@@ -138,3 +180,61 @@ def test_hand_written_routes_match_the_code() -> None:
 
 def test_cells_escape_pipes() -> None:
     assert reference._row(["a|b", "c"]) == "| a\\|b | c |"
+
+
+@pytest.mark.parametrize(("default", "ours", "same"), [
+    (None, None, True), (None, 0, False), ("true", True, True), (True, True, True),
+    (False, "false", True), (True, 1, False), (3e-06, 3e-06, True), (0, 0.0, True),
+    (5, 5.0, True), (-1, None, False), ("", "", True), ("", None, False),
+    ("all-linear", "all-linear", True), ("fsdp2", "fsdp", False), ("no", False, False)])
+def test_same_default(default, ours, same) -> None:
+    assert same_default(default, ours) is same
+
+
+SPEC_MARKDOWN = """\
+## A Component
+
+### Name
+
+my_component
+
+## Inputs
+
+### Some Parameters
+
+| Name        | Description             | Type    | Default | Optional | Enum               |
+| ----------- | ----------------------- | ------- | ------- | -------- | ------------------ |
+| path_in     | A path                  | uri_file | -      | False    | NA                 |
+| rate        | A rate                  | number  | 3e-6    | True     | NA                 |
+| steps       | Steps, as a number      | number  | 5       | True     | NA                 |
+| top_k       | Top-k (-1: off)         | integer | -1      | True     | NA                 |
+| flag        | A flag                  | boolean | true    | True     | NA                 |
+| mode        | A mode: 'no' or 'yes'   | string  | no      | True     | ['no', 'yes']      |
+| as_text     | A boolean as a string   | string  | true    | True     | ['true', 'false']  |
+| hub_name    | Empty by default        | string  | ''      | True     | NA                 |
+
+## Outputs
+
+| Name   | Description | Type       |
+| ------ | ----------- | ---------- |
+| out    | A folder    | uri_folder |
+"""
+
+
+def test_the_extractor_reads_a_spec_table_into_typed_facts(tmp_path) -> None:
+    extractor = load_script(PROJECT_ROOT / "scripts/extract_spec_parameters.py")
+    (tmp_path / "my.md").write_text(SPEC_MARKDOWN)
+    (comp,) = extractor.extract(tmp_path, ("my.md",))
+    assert (comp["component"], comp["file"]) == ("my_component", "my.md")
+    assert comp["parameters"] == [
+        {"name": "path_in", "type": "uri_file", "default": None},
+        {"name": "rate", "type": "number", "default": 3e-06},
+        {"name": "steps", "type": "number", "default": 5},
+        {"name": "top_k", "type": "integer", "default": -1},
+        {"name": "flag", "type": "boolean", "default": True},
+        {"name": "mode", "type": "string", "default": "no", "enum": ["no", "yes"]},
+        {"name": "as_text", "type": "string", "default": "true", "enum": ["true", "false"]},
+        {"name": "hub_name", "type": "string", "default": ""}]
+    text = extractor.to_yaml([comp])
+    assert yaml.safe_load(text) == {"components": [comp]}
+    assert text.startswith("# ") and "default: 'no'" in text

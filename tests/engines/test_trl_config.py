@@ -9,18 +9,20 @@ import pytest
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from rl_pipeline.config import ConfigError, DataPrepParams, parse_params
+from rl_pipeline.config import FOLLOWERS, ConfigError, DataParams, DataPrepParams
+from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.engines.trl_config import (
     MAPPING,
     NOT_GRPO_KEYS,
     grpo_config,
     grpo_values,
     lora_config,
+    with_owners,
 )
 from rl_pipeline.engines.trl_params import TrlParams
-from tests.engines.spec_tables import same_default, spec_defaults
+from tests.engines.spec_facts import same_default, spec_defaults
 
-SPEC_FILE = "grpo_trl_component.md"
+COMPONENT = "group_relative_policy_optimization"
 # Spec inputs that are not train.trl parameters: the catalog (raw_train, raw_val,
 # base_model) and the data_prep group (the prompt column).
 ELSEWHERE = {"dataset_train_split", "dataset_validation_split", "model_name_or_path",
@@ -39,9 +41,11 @@ CHANGED = dict(
     vllm_mode="server",
 )
 
+FOLLOWED = {f.name for f in FOLLOWERS}
+
 
 def test_every_spec_parameter_is_ours_with_the_spec_default() -> None:
-    defaults = spec_defaults(SPEC_FILE)
+    defaults = spec_defaults(COMPONENT)
     ours = TrlParams().model_dump()
     handled = {m.spec for m in MAPPING} | set(NOT_GRPO_KEYS)
     for name, default in defaults.items():
@@ -50,6 +54,10 @@ def test_every_spec_parameter_is_ours_with_the_spec_default() -> None:
             continue
         assert name in ours, f"spec parameter {name} is missing"
         assert name in handled, f"spec parameter {name} is neither mapped nor placed"
+        if f"train.trl.{name}" in FOLLOWED:  # one owner: its default, the spec's noted
+            assert ours[name] is None, name
+            assert f"spec default {default}" in TrlParams.model_fields[name].description, name
+            continue
         assert same_default(default, ours[name]), f"{name}: spec {default}, ours {ours[name]}"
     assert len(defaults) == 35
     assert same_default(defaults["dataset_prompt_column"], DataPrepParams().dataset_prompt_column)
@@ -76,7 +84,11 @@ def test_every_mapped_field_is_a_grpo_config_field_that_the_table_changes() -> N
 
 @pytest.mark.parametrize("values", [{}, CHANGED], ids=["spec_defaults", "changed"])
 def test_every_mapped_value_arrives_in_grpo_config(values, tmp_path) -> None:
-    params = TrlParams(**values)
+    # Followers set as their owners: the owner's value reaches GRPOConfig either way.
+    owners = {"data_max_response_length": values.get("max_completion_length", 2048)}
+    memory = {"rollout_gpu_memory_utilization": values.get("vllm_gpu_memory_utilization", 0.6)}
+    train = TrainParams.model_validate({"trl": values, "verl": memory})
+    params = with_owners(train.trl, DataParams(**owners))
     config = grpo_config(params, str(tmp_path), use_cpu=True)
     for m in MAPPING:
         want = False if m.spec in CPU_OFF else getattr(params, m.spec)
@@ -113,20 +125,20 @@ def test_extra_cannot_overrule_the_table(tmp_path) -> None:
                                   "apply_lora"])
 def test_a_bad_enum_value_names_the_parameter(name) -> None:
     with pytest.raises(ConfigError, match=rf"train\.trl\.{name}='nonsense'"):
-        parse_params(TrlParams, {name: "nonsense"}, "train.trl")
+        TrlParams.model_validate({name: "nonsense"})
 
 
 def test_plateau_schedule_needs_an_eval_strategy() -> None:
     with pytest.raises(ConfigError, match="train.trl.eval_strategy='no'.*reduce_lr_on_plateau"):
-        parse_params(TrlParams, {"lr_scheduler_type": "reduce_lr_on_plateau"}, "train.trl")
-    parse_params(TrlParams, {"lr_scheduler_type": "reduce_lr_on_plateau",
-                             "eval_strategy": "epoch"}, "train.trl")
+        TrlParams.model_validate({"lr_scheduler_type": "reduce_lr_on_plateau"})
+    TrlParams.model_validate({"lr_scheduler_type": "reduce_lr_on_plateau",
+                              "eval_strategy": "epoch"})
 
 
 def test_spec_strings_and_trl_booleans_are_accepted() -> None:
-    params = parse_params(TrlParams, {"apply_lora": "false", "scale_rewards": False}, "train.trl")
+    params = TrlParams.model_validate({"apply_lora": "false", "scale_rewards": False})
     assert (params.apply_lora, params.scale_rewards) == (False, "none")
-    assert parse_params(TrlParams, {"apply_lora": "true"}, "train.trl").apply_lora is True
+    assert TrlParams.model_validate({"apply_lora": "true"}).apply_lora is True
 
 
 def test_lora_config_carries_rank_alpha_and_targets() -> None:
@@ -142,4 +154,4 @@ def test_lora_config_carries_rank_alpha_and_targets() -> None:
 
 
 def test_no_lora_config_when_apply_lora_is_false() -> None:
-    assert lora_config(parse_params(TrlParams, {"apply_lora": "false"}, "train.trl")) is None
+    assert lora_config(TrlParams.model_validate({"apply_lora": "false"})) is None

@@ -10,10 +10,11 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from rl_pipeline.config import ConfigError, RewardParams, parse_params
+from rl_pipeline.config import ConfigError, RewardParams
 from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.trl_engine import (
     check_trl,
+    export_checkpoint,
     plan_trl,
     prompts_dataset,
     train_trl,
@@ -35,9 +36,10 @@ def digit_reward(digit_reward_file) -> RewardParams:
 
 
 def _train(tmp_path: Path, model: Path, reward: RewardParams, callbacks=(), **params):
-    return train_trl(TrlParams(**{**FAST, **params}), reward, gsm8k_prompts(32), None,
-                     str(model), tmp_path / "checkpoints", tmp_path / "scratch",
-                     callbacks=callbacks)
+    """Train, then export as the train node does: (summary, exported folder, history)."""
+    run = train_trl(TrlParams(**{**FAST, **params}), reward, gsm8k_prompts(32), None,
+                    str(model), tmp_path / "checkpoints", callbacks=callbacks)
+    return run.summary, export_checkpoint(run, tmp_path / "scratch"), run.history
 
 
 def _rewards(checkpoints: Path) -> list[float]:
@@ -97,6 +99,7 @@ def test_a_killed_run_resumes_without_redoing_steps(tiny_model_dir, digit_reward
     assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
     assert steps.done == [3, 4, 5, 6]
     assert (adapter / "adapter_config.json").is_file()
+    assert not (adapter / "optimizer.pt").exists()  # the model, not the trainer's state
     record = json.loads((adapter / TRAINING_RUN).read_text())
     assert record["engine"] == "trl" and record["lora"] is True and record["steps"] == 6
 
@@ -168,4 +171,4 @@ def test_trl_rules_and_estimators() -> None:
     assert [p.parameter for p in check_trl(TrlParams(), train_rows=1)] == \
         ["per_device_train_batch_size"]
     with pytest.raises(ConfigError, match=r"train.trl.algorithm_adv_estimator='gae'.*verl"):
-        parse_params(TrlParams, {"algorithm_adv_estimator": "gae"}, "train.trl")
+        TrlParams.model_validate({"algorithm_adv_estimator": "gae"})

@@ -19,8 +19,8 @@ from rl_pipeline.engines.verl_config import (
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from tests.conftest import PROJECT_ROOT
-from tests.engines.spec_tables import same_default as _same
-from tests.engines.spec_tables import spec_defaults as _spec_defaults
+from tests.engines.spec_facts import same_default as _same
+from tests.engines.spec_facts import spec_defaults as _spec_defaults
 
 # Inputs that come from the catalog, not from parameters.
 FROM_CATALOG = {"data_train_files", "data_val_files", "actor_model_path"}
@@ -42,8 +42,8 @@ def test_every_mapped_key_exists_in_verl_and_gets_its_value(composed) -> None:
 
 
 def test_every_spec_parameter_is_ours_with_the_spec_default() -> None:
-    verl = _spec_defaults("verl_trainer_component.md")
-    rft = _spec_defaults("rft_trainer_component.md")
+    verl = _spec_defaults("verl_trainer_component")
+    rft = _spec_defaults("rft_trainer")
     defaults = {**verl, **rft}  # rft_trainer's default wins where they differ
     ours = spec_values(VerlParams(), DataParams())
     mapped = {m.spec for m in MAPPING} | set(NOT_VERL_KEYS)
@@ -71,15 +71,15 @@ def test_verls_own_cli_accepts_the_overrides() -> None:
     assert "adv_estimator: grpo" in result.stdout
 
 
-def test_the_train_parameters_file_holds_the_spec_defaults() -> None:
-    import yaml
+def test_the_base_configuration_trains_with_the_spec_defaults() -> None:
+    from kedro.config import OmegaConfigLoader
 
-    from rl_pipeline.config import ConfigError, parse_params
+    from rl_pipeline.config import ConfigError
     from rl_pipeline.engines.train_params import TrainParams
 
-    raw = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_train.yml").read_text())["train"]
-    params = parse_params(TrainParams, raw, "train")
-    assert params.verl == VerlParams()
+    params = OmegaConfigLoader(str(PROJECT_ROOT / "conf"), base_env="base",
+                               default_run_env="base")["parameters"]
+    train = TrainParams.model_validate(params["train"])
+    assert train.engine == "verl" and train.verl == VerlParams()
     with pytest.raises(ConfigError, match="train.verl.algorithm_adv_estimator='ppo'"):
-        parse_params(TrainParams, {**raw, "verl": {**raw["verl"],
-                                                   "algorithm_adv_estimator": "ppo"}}, "train")
+        TrainParams.model_validate({"verl": {"algorithm_adv_estimator": "ppo"}})

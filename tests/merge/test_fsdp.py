@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from rl_pipeline.config import MergeParams
 from rl_pipeline.pipelines.merge.nodes import merge_model
 
 
@@ -36,7 +37,7 @@ def test_full_fine_tuning_checkpoint_is_converted_and_verified(tiny_model_dir, t
     checkpoints = tmp_path / "checkpoints"
     actor, state = _verl_checkpoint(tiny_model_dir, checkpoints)
     path, metadata, metrics = merge_model(None, str(checkpoints), str(tiny_model_dir),
-                                          {"scratch_dir": str(tmp_path / "scratch")})
+                                          MergeParams(scratch_dir=str(tmp_path / "scratch")))
     merged = AutoModelForCausalLM.from_pretrained(path)
     for key, value in merged.state_dict().items():
         assert value.dtype == torch.bfloat16  # verl's merger saves bfloat16
@@ -50,7 +51,7 @@ def test_full_fine_tuning_checkpoint_is_converted_and_verified(tiny_model_dir, t
 
 def test_nothing_to_merge_says_so(tiny_model_dir, tmp_path) -> None:
     with pytest.raises(ValueError, match="nothing to merge"):
-        merge_model(None, str(tmp_path / "no_checkpoints"), str(tiny_model_dir), {})
+        merge_model(None, str(tmp_path / "no_checkpoints"), str(tiny_model_dir), MergeParams())
 
 
 def test_a_full_fine_tuning_record_in_lora_adapter_merges_the_checkpoint(tiny_model_dir,
@@ -62,7 +63,7 @@ def test_a_full_fine_tuning_record_in_lora_adapter_merges_the_checkpoint(tiny_mo
     record = export_adapter(checkpoints, tmp_path / "scratch", {"mlflow_run_id": "r1"},
                             lora=False)
     path, metadata, _ = merge_model(str(record), str(checkpoints), str(tiny_model_dir),
-                                    {"scratch_dir": str(tmp_path / "scratch")})
+                                    MergeParams(scratch_dir=str(tmp_path / "scratch")))
     assert metadata["checkpoint"] == str(actor) and metadata["adapter"] is None
     assert metadata["training_run"]["mlflow_run_id"] == "r1"
     merged = AutoModelForCausalLM.from_pretrained(path)

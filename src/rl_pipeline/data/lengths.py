@@ -27,6 +27,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from rl_pipeline.models.tokenizer import chat_prompt_ids
+
 logger = logging.getLogger(__name__)
 
 Conversation = list[dict[str, Any]]
@@ -217,9 +219,7 @@ def _agrees_with_chat_template(tokenizer: PreTrainedTokenizerBase,
 
 
 def _len_as_verl(tokenizer: PreTrainedTokenizerBase, conversation: Conversation) -> int:
-    out = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
-    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-    return len(ids)
+    return len(chat_prompt_ids(tokenizer, conversation))
 
 
 def _quiet(rows: int) -> bool | None:

@@ -27,20 +27,6 @@ def length_stats(lengths: np.ndarray, sample: np.ndarray) -> dict[str, Any]:
     }
 
 
-def flatten_metrics(report: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """The report's numbers as flat metric names (``rows_out.train``, ``prompt_tokens.val.p99``)."""
-    out: dict[str, float] = {}
-    for key, value in report.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten_metrics(value, f"{name}."))
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, int | float):
-            out[name] = float(value)
-    return out
-
-
 def length_histogram(samples: dict[str, np.ndarray], limit: int) -> Figure:
     """Histogram of prompt token lengths per split, with the length limit drawn."""
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)

@@ -1,21 +1,77 @@
-"""A catalog entry that loads the absolute path of a file or folder, for tools that read it.
+"""Catalog entries that load the path of a file or folder, for tools that read it themselves.
 
 verl reads its data files and writes its checkpoints itself, in a Ray actor that may run on
 another node: it needs paths, not loaded data. ``PathDataset`` hands a node the path of the
 latest version of a versioned dataset (``train_prompts``) or of a working folder
 (``train_checkpoints``), declared in the catalog beside the entry that writes it.
+:class:`~rl_pipeline.datasets.model_folder.ModelFolderDataset` shares the same base.
 """
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from kedro.io import DatasetError
 from kedro.io.core import AbstractVersionedDataset, Version, VersionNotFoundError
 
+_Saved = TypeVar("_Saved")
 
-class PathDataset(AbstractVersionedDataset[None, "str | None"]):
+
+class LocalPathDataset(AbstractVersionedDataset[_Saved, "str | None"]):
+    """Base of the entries that load as the path of a local file or folder (of its requested,
+    by default latest, version).
+
+    Subclasses say what counts as being there (:meth:`_present`), and what a load gives when
+    nothing was saved (:meth:`_nothing_saved`) or the path is not there (:meth:`_missing`).
+    """
+
+    def __init__(self, *, path: str, version: Version | None, optional: bool,
+                 metadata: dict[str, Any] | None) -> None:
+        super().__init__(filepath=PurePosixPath(path), version=version,
+                         exists_function=lambda p: self._present(Path(p)))
+        self._optional = optional
+        self.metadata = metadata
+
+    def load(self) -> str | None:
+        try:
+            path = Path(self._get_load_path())
+        except VersionNotFoundError as exc:
+            if self._optional:
+                return None
+            if (problem := self._nothing_saved()) is None:
+                raise
+            raise problem from exc
+        return self._loaded(path) if self._present(path) else self._missing(path)
+
+    @staticmethod
+    def _present(path: Path) -> bool:
+        return path.exists()
+
+    def _nothing_saved(self) -> DatasetError | None:
+        """The error for a versioned entry without versions; None: Kedro's own."""
+        return None
+
+    def _loaded(self, path: Path) -> str:
+        return str(path)
+
+    def _missing(self, path: Path) -> str | None:
+        if self._optional:
+            return None
+        raise DatasetError(f"not found: {path}")
+
+    def _exists(self) -> bool:
+        try:
+            return self._present(Path(self._get_load_path()))
+        except DatasetError:
+            return False
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._filepath), "version": self._version,
+                "optional": self._optional}
+
+
+class PathDataset(LocalPathDataset[None]):
     """Loads the absolute path of ``path`` (its latest version when versioned). Read-only.
 
     Args:
@@ -28,37 +84,24 @@ class PathDataset(AbstractVersionedDataset[None, "str | None"]):
 
     def __init__(self, *, path: str, version: Version | None = None, must_exist: bool = True,
                  optional: bool = False, metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(filepath=PurePosixPath(path), version=version,
-                         exists_function=lambda p: Path(p).exists())
+        super().__init__(path=path, version=version, optional=optional, metadata=metadata)
         self._must_exist = must_exist
-        self._optional = optional
-        self.metadata = metadata
-
-    def load(self) -> str | None:
-        try:
-            path = Path(self._get_load_path())
-        except VersionNotFoundError as exc:
-            if self._optional:
-                return None
-            raise DatasetError(f"nothing saved yet at {self._filepath}: run the stage that "
-                               "writes it first") from exc
-        if not path.exists():
-            if self._optional:
-                return None
-            if self._must_exist:
-                raise DatasetError(f"not found: {path}")
-        return str(path.absolute())
 
     def save(self, data: Any) -> None:
         raise DatasetError(f"{type(self).__name__} is read-only: {self._filepath} is written "
                            "by the entry that owns it")
 
-    def _exists(self) -> bool:
-        try:
-            return Path(self._get_load_path()).exists()
-        except DatasetError:
-            return False
+    def _nothing_saved(self) -> DatasetError:
+        return DatasetError(f"nothing saved yet at {self._filepath}: run the stage that "
+                            "writes it first")
+
+    def _loaded(self, path: Path) -> str:
+        return str(path.absolute())
+
+    def _missing(self, path: Path) -> str | None:
+        if self._optional or self._must_exist:
+            return super()._missing(path)
+        return self._loaded(path)
 
     def _describe(self) -> dict[str, Any]:
-        return {"path": str(self._filepath), "version": self._version,
-                "must_exist": self._must_exist, "optional": self._optional}
+        return {**super()._describe(), "must_exist": self._must_exist}

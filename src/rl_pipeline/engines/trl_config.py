@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rl_pipeline.config import FOLLOWERS, DataParams, follow
 from rl_pipeline.engines.trl_params import TrlParams
 
 if TYPE_CHECKING:  # trl and peft are heavy imports: load them only when a config is built
@@ -81,14 +82,35 @@ NOT_GRPO_KEYS: dict[str, str] = {
     "lora_target_modules": "peft LoraConfig.target_modules",
     "lora_dropout": "peft LoraConfig.lora_dropout",
     "deepspeed_config": "GRPOConfig.deepspeed, on GPU only",
-    "max_prompt_length": "data_prep (TRL 1.16 has no prompt cap); see TrlParams",
+    "max_prompt_length": "follows data.data_max_prompt_length, which data_prep fits every "
+                         "prompt to (TRL 1.16 has no prompt cap)",
     "algorithm_adv_estimator": "our advantage computation in the trainer",
 }
 
 
+def with_owners(params: TrlParams, data: DataParams) -> TrlParams:
+    """``train.trl`` with its length followers set from the shared ``data`` group."""
+    return params.model_copy(update={
+        "max_prompt_length": follow("train.trl.max_prompt_length", params.max_prompt_length,
+                                    data.data_max_prompt_length),
+        "max_completion_length": follow("train.trl.max_completion_length",
+                                        params.max_completion_length,
+                                        data.data_max_response_length)})
+
+
 def grpo_values(params: TrlParams) -> dict[str, Any]:
-    """The ``GRPOConfig`` keyword arguments that :data:`MAPPING` gives for ``params``."""
-    return {m.field: getattr(params, m.spec) for m in MAPPING}
+    """The ``GRPOConfig`` keyword arguments that :data:`MAPPING` gives for ``params``.
+
+    A follower not yet resolved (null: ``train.trl`` validated without its owners) is left
+    out, so TRL's own default applies; the engine resolves them first.
+    """
+    values = {m.field: getattr(params, m.spec) for m in MAPPING}
+    return {k: v for k, v in values.items() if v is not None or k not in _FOLLOWER_FIELDS}
+
+
+# GRPOConfig fields set by a follower of another group (rl_pipeline.config.FOLLOWERS).
+_FOLLOWER_FIELDS = {m.field for m in MAPPING
+                    if f"train.trl.{m.spec}" in {f.name for f in FOLLOWERS}}
 
 
 def grpo_config(params: TrlParams, output_dir: str, *, use_cpu: bool,

@@ -3,7 +3,7 @@
 It takes what the verl engine takes (the prompt parquet in verl's schema, the base model,
 the ``reward`` group's function) and gives what it gives (checkpoints, a LoRA adapter with
 ``training_run.json``, a summary), so merge and eval do not care which engine trained.
-Kedro-free: the train pipeline's nodes call :func:`check_trl` and :func:`train_trl`.
+:class:`TrlEngine` is the :class:`~rl_pipeline.engines.base.Engine` the train nodes call.
 """
 
 from __future__ import annotations
@@ -22,16 +22,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 from transformers import TrainerCallback
 
 from rl_pipeline.config import RewardParams
 from rl_pipeline.debris import work_dir
-from rl_pipeline.engines import TRAINING_RUN
-from rl_pipeline.engines.trl_config import grpo_config, lora_config
+from rl_pipeline.engines.base import (
+    Engine,
+    Preflight,
+    TrainRun,
+    TrainSetup,
+    write_training_run,
+)
+from rl_pipeline.engines.trl_config import grpo_config, lora_config, with_owners
 from rl_pipeline.engines.trl_params import TrlParams
-from rl_pipeline.engines.verl_preflight import Problem
-from rl_pipeline.rewards import SafeReward, load_reward_function
+from rl_pipeline.engines.verl_preflight import PreflightError, Problem
+from rl_pipeline.rewards import SafeReward, load_reward_function, sanity_check
 
 logger = logging.getLogger(__name__)
 _METRIC_NAME = re.compile(r"[^\w\-./ ]")
@@ -141,7 +146,6 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     """
     import yaml
 
-    from rl_pipeline.engines.verl_preflight import PreflightError
     from rl_pipeline.models.tokenizer import load_tokenizer
 
     problems = check_trl(params, train_rows)
@@ -166,18 +170,15 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     except (OSError, ValueError) as exc:
         problems.append(Problem("base_model", model_path, f"a model with a fast tokenizer and "
                                 f"a chat template: {exc}", group="catalog"))
-    rows = pd.read_parquet(train_file).head(8)
+    rows = pd.read_parquet(train_file).head(8).to_dict("records")
     try:
-        score = TrlReward(RewardParams(custom_reward_function=reward.custom_reward_function,
-                                       strict=True))
-        dataset = prompts_dataset(rows)
-        reference = score(dataset["prompt"], [f"#### {t}" for t in dataset["ground_truth"]],
-                          dataset["data_source"], dataset["ground_truth"],
-                          dataset["extra_info"])
-        empty = score(dataset["prompt"], [""] * len(rows), dataset["data_source"],
-                      dataset["ground_truth"], dataset["extra_info"])
-        report["reward"] = {"reference_mean": float(np.mean(reference)),
-                            "empty_mean": float(np.mean(empty)), "rows_scored": len(rows)}
+        score = SafeReward(load_reward_function(reward.custom_reward_function.path,
+                                                reward.custom_reward_function.name),
+                           strict=True)
+        report["reward"] = sanity_check(
+            lambda row, response: score(row["data_source"], response,
+                                        str(row["reward_model"]["ground_truth"]),
+                                        _plain(row.get("extra_info")) or {}), rows)
     except Exception as exc:  # user code: anything can come out
         problems.append(Problem("name", reward.custom_reward_function.name, f"a reward "
                                 f"function that scores the training rows: {exc!r}",
@@ -189,24 +190,22 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
 
 def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame | None, model_path: str, output_dir: str | Path,
-              scratch_dir: str | Path, callbacks: Sequence[TrainerCallback] = (),
-              ) -> tuple[dict[str, Any], Path, Figure]:
+              callbacks: Sequence[TrainerCallback] = ()) -> TrainRun:
     """Train, resuming from the newest checkpoint in ``output_dir`` when there is one.
 
     Args:
-        params: ``train.trl``.
+        params: ``train.trl``, its followers resolved (:func:`with_owners`).
         reward: The ``reward`` group.
         train_prompts: ``train_prompts`` (verl's schema).
         val_prompts: ``val_prompts``, used when ``do_eval``.
         model_path: The resolved base model folder.
         output_dir: ``train_checkpoints``: ``checkpoint-N`` folders (``save_steps``,
-            ``save_total_limit``); a rerun resumes from the newest.
-        scratch_dir: Where the adapter is written before the catalog moves it.
+            ``save_total_limit``; the last step is always saved); a rerun resumes from the
+            newest.
         callbacks: Further trainer callbacks.
 
     Returns:
-        The run summary, the folder for ``lora_adapter`` (the adapter in peft's layout, or
-        the whole model when ``apply_lora`` is false) and the reward curve.
+        The run: its summary, the logged history, the checkpoint folder.
     """
     from transformers import AutoTokenizer, set_seed
     from transformers.trainer_utils import get_last_checkpoint
@@ -242,41 +241,65 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
                "steps": trainer.state.global_step, "max_steps": trainer.state.max_steps,
                "resumed_from_step": resumed_from, "seconds": round(seconds, 1),
                "checkpoints": str(output_dir), "device": "cpu" if on_cpu else "cuda",
+               "lora": params.apply_lora,
                "final_metrics": next(({k: v for k, v in h.items() if k != "step"}
                                       for h in reversed(history) if "reward" in h), {}),
                "first_reward": _first(history, "reward"), "last_reward": _first(
                    history[::-1], "reward")}
+    return TrainRun(summary=summary, history=history, checkpoints=output_dir)
+
+
+# Trainer state in a checkpoint folder: for resuming, not part of the trained model.
+_TRAINER_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json",
+                  "training_args.bin", "rng_state")
+
+
+def export_checkpoint(run: TrainRun, scratch_dir: str | Path) -> Path:
+    """The newest ``checkpoint-N`` as merge takes it: the adapter (or the whole model, when
+    ``apply_lora`` is false) and tokenizer, without the trainer's state. The trainer always
+    saves the last step, so this is the trained model."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(run.checkpoints))
+    if last is None:
+        raise RuntimeError(f"the trl run left no checkpoint in {run.checkpoints}")
     Path(scratch_dir).mkdir(parents=True, exist_ok=True)
     out = work_dir("lora-adapter", scratch_dir)
     try:
-        trainer.save_model(str(out))
-        (out / TRAINING_RUN).write_text(json.dumps({**summary, "lora": params.apply_lora},
-                                                   indent=2))
+        for item in Path(last).iterdir():
+            if item.is_file() and not item.name.startswith(_TRAINER_STATE):
+                shutil.copy2(item, out / item.name)
+        write_training_run(out, run.summary, checkpoint=last)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    return summary, out, reward_curve(history)
+    return out
 
 
-def reward_curve(history: list[dict[str, float]]) -> Figure:
-    """Mean reward per logged step, with a band of one standard deviation."""
-    figure = Figure(figsize=(7, 4))
-    axes = figure.subplots()
-    rows = [h for h in history if "reward" in h]
-    if rows:
-        steps = np.array([h["step"] for h in rows])
-        mean = np.array([h["reward"] for h in rows])
-        std = np.array([h.get("reward_std", 0.0) for h in rows])
-        axes.plot(steps, mean, marker="o", label="mean reward")
-        axes.fill_between(steps, mean - std, mean + std, alpha=0.2, label="± std")
-        axes.legend()
-    else:
-        axes.text(0.5, 0.5, "no reward logged", ha="center", va="center")
-    axes.set_xlabel("step")
-    axes.set_ylabel("reward")
-    axes.set_title("Training reward (trl engine)")
-    figure.tight_layout()
-    return figure
+class TrlEngine(Engine):
+    """TRL's GRPOTrainer in the Kedro node's process (CPU or GPU)."""
+
+    name = "trl"
+
+    def preflight(self, setup: TrainSetup, *, training: bool) -> Preflight:
+        params = with_owners(setup.train.trl, setup.data)
+        report, config_yaml = plan_trl(params, setup.reward, setup.train_prompts_file,
+                                       setup.base_model, setup.checkpoints_dir,
+                                       setup.train_rows)
+        command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
+                   "kedro run --pipeline train --params train.engine=trl\n")
+        return Preflight(plan={"engine": self.name}, report=report, config_yaml=config_yaml,
+                         command=command)
+
+    def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
+              val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
+        run = train_trl(with_owners(setup.train.trl, setup.data), setup.reward, train_prompts,
+                        val_prompts, setup.base_model, setup.checkpoints_dir)
+        run.summary["mlflow_run_id"] = run_id
+        return run
+
+    def export(self, run: TrainRun, scratch_dir: Path) -> Path:
+        return export_checkpoint(run, scratch_dir)
 
 
 @functools.cache

@@ -16,7 +16,7 @@ How each parameter reaches TRL's ``GRPOConfig``: :mod:`rl_pipeline.engines.trl_c
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -36,18 +36,22 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 class TrlParams(ParamGroup):
     """``train.trl``: GRPO (and REINFORCE++ advantages) with TRL's GRPOTrainer, CPU or GPU."""
 
+    group: ClassVar[str] = "train.trl"
+
     # LoRA
     apply_lora: bool = Field(
         True, description="Train a LoRA adapter (true) or all weights (false). The spec's "
         "strings 'true'/'false' are accepted.")
     # Text generation
-    max_prompt_length: int = Field(
-        512, gt=0,
-        description="Maximum prompt length in tokens. TRL 1.16 dropped GRPOConfig."
-        "max_prompt_length (prompts are never truncated by the trainer), so prompts are capped "
-        "before training by data_prep: the filter/truncation at the shared "
-        "data.data_max_prompt_length. Kept for the spec; set the two alike.")
-    max_completion_length: int = Field(256, gt=0, description="Maximum completion tokens.")
+    max_prompt_length: int | None = Field(
+        None, gt=0,
+        description="Maximum prompt tokens (spec default 512). TRL 1.16 has no prompt cap: "
+        "data_prep fits every prompt to data.data_max_prompt_length, so this follows that "
+        "(null); another value is refused.")
+    max_completion_length: int | None = Field(
+        None, gt=0, description="Maximum completion tokens (spec default 256). Follows "
+        "data.data_max_response_length, the one response cap of both trainers and eval "
+        "(null); another value is refused.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Top-p for rollouts; 1.0 keeps all tokens.")
     # GRPO algorithm
@@ -95,8 +99,10 @@ class TrlParams(ParamGroup):
     shuffle_dataset: bool = Field(True, description="Shuffle the training prompts.")
     use_liger_kernel: bool = Field(
         False, description="Liger kernels (GPU only; ignored on CPU).")
-    vllm_gpu_memory_utilization: float = Field(
-        0.3, gt=0, le=1, description="Fraction of GPU memory vLLM may take (use_vllm).")
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (use_vllm; spec "
+        "default 0.3). Follows train.verl.rollout_gpu_memory_utilization (null); another "
+        "value is refused.")
     vllm_tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallel size.")
     deepspeed_config: str | None = Field(
         None, description="Path to a DeepSpeed JSON config (GPU only; ignored on CPU).")

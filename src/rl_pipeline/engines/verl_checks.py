@@ -8,7 +8,6 @@ workers are up; here they take seconds and report every problem at once.
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from typing import Any
 
@@ -17,6 +16,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_pipeline.engines.verl_preflight import Problem
+from rl_pipeline.models.tokenizer import chat_prompt_ids
+from rl_pipeline.rewards import sanity_check
 
 # Rows of each prompt file put through RLHFDataset; enough to catch schema and length
 # problems without verl's single-process length filter over the whole file.
@@ -98,10 +99,10 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
                  ) -> tuple[list[Problem], dict[str, Any]]:
     """Score sample rows through verl's reward path (its reward manager and our entry point).
 
-    Each row is scored twice: with its reference answer as the response and with an empty
-    response. The reward must return a number for both; a reward that does not score the
-    reference above the empty response is reported (as a warning: a custom reward may read
-    answers in another form).
+    Each row is scored twice (:func:`rl_pipeline.rewards.sanity_check`): with its reference
+    answer as the response and with an empty response. The reward must return a number for
+    both; a reward that does not score the reference above the empty response is reported
+    (as a warning: a custom reward may read answers in another form).
     """
     from verl.trainer.ppo.reward import load_reward_manager
 
@@ -115,29 +116,17 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
     except Exception as exc:
         return [Problem("name", _reward_name(config), f"a reward function verl can load: "
                         f"{exc}", group=where)], {}
-    scores: dict[str, list[float]] = {"reference": [], "empty": []}
-    for row in rows:
-        truth = row["reward_model"]["ground_truth"]
-        for kind, response in (("reference", f"#### {truth}"), ("empty", "")):
-            data = _one_sample(tokenizer, row, response)
-            try:
-                result = manager.loop.run_until_complete(manager.run_single(data))
-                score = float(result["reward_score"])
-            except Exception as exc:
-                return [Problem("name", _reward_name(config), f"a reward function that scores "
-                                f"{row['data_source']!r} rows: it raised {exc!r}",
-                                group=where)], {}
-            if not math.isfinite(score):
-                return [Problem("name", _reward_name(config), f"a finite score; got {score} "
-                                f"for {response!r}", group=where)], {}
-            scores[kind].append(score)
-    report = {f"{kind}_mean": float(np.mean(v)) if v else None for kind, v in scores.items()}
-    report["rows_scored"] = len(rows)
-    report["warning"] = None
-    if rows and report["reference_mean"] <= report["empty_mean"]:
-        report["warning"] = ("the reward does not score reference answers ('#### <answer>') "
-                             "above empty responses; check that it reads this dataset's format")
-    return [], report
+
+    def score(row: dict[str, Any], response: str) -> float:
+        data = _one_sample(tokenizer, row, response)
+        return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
+
+    try:
+        return [], sanity_check(score, rows)
+    except Exception as exc:
+        return [Problem("name", _reward_name(config), f"a reward function that scores "
+                        f"{rows[0]['data_source']!r} rows: it raised {exc!r}",
+                        group=where)], {}
 
 
 def check_chat_template(tokenizer: Any, model_path: str) -> list[Problem]:
@@ -154,18 +143,14 @@ def resolved_yaml(config: DictConfig) -> str:
 
 
 def _prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
-    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
-                                        tokenize=True)
-    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return len(chat_prompt_ids(tokenizer, messages))
 
 
 def _one_sample(tokenizer: Any, row: dict[str, Any], response: str) -> Any:
     """A one-row DataProto laid out as verl's rollout hands it to the reward manager."""
     from verl import DataProto
 
-    prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True,
-                                           tokenize=True)
-    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    prompt = list(chat_prompt_ids(tokenizer, row["prompt"]))
     reply = tokenizer(response, add_special_tokens=False)["input_ids"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     # An empty response is one padding token that the attention mask hides.

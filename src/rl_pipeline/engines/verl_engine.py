@@ -1,11 +1,10 @@
 """The verl engine: preflight on any machine, then ``run_ppo`` on Ray, then the adapter.
 
-Kedro-free: the train pipeline's nodes call :func:`plan_verl` and :func:`train_verl`.
+:class:`VerlEngine` is the :class:`~rl_pipeline.engines.base.Engine` the train nodes call.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -20,7 +19,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.debris import temporary_work_dir, work_dir
-from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.base import (
+    Engine,
+    Preflight,
+    TrainRun,
+    TrainSetup,
+    write_training_run,
+)
 from rl_pipeline.engines.verl_checks import (
     check_chat_template,
     check_prompts,
@@ -50,7 +55,12 @@ from rl_pipeline.engines.verl_preflight import (
     requirements,
     resolve_hardware,
 )
-from rl_pipeline.merge.fsdp import LATEST, convert_fsdp_checkpoint, latest_actor_checkpoint
+from rl_pipeline.merge.fsdp import (
+    LATEST,
+    convert_fsdp_checkpoint,
+    latest_actor_checkpoint,
+    latest_step,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,9 +132,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     return VerlPlan(overrides=overrides, config=config, hardware=hardware, report=report)
 
 
-def train_verl(overrides: list[str], run_id: str | None,
-               scratch_dir: str | Path) -> tuple[dict[str, Any], Path]:
-    """Launch verl's ``run_ppo`` with its TaskRunner on Ray, then export the LoRA adapter.
+def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
+    """Launch verl's ``run_ppo`` with its TaskRunner on Ray.
 
     verl starts a local Ray unless the overrides name a cluster (``ray_kwargs.ray_init.
     address``), applying its own runtime_env merged with ours (MLflow, pip). With
@@ -134,17 +143,15 @@ def train_verl(overrides: list[str], run_id: str | None,
     Args:
         overrides: The checked overrides (:attr:`VerlPlan.overrides`).
         run_id: The train stage's MLflow run, or None.
-        scratch_dir: Where the adapter is exported before the catalog moves it.
 
     Returns:
-        The run summary, and the folder for ``lora_adapter``: the adapter in peft's layout,
-        or (full fine-tuning) only ``training_run.json``, so merge converts the checkpoint.
+        The run; its history is verl's mean score per step, read back from MLflow.
     """
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
     checkpoints = Path(config.trainer.default_local_dir)
-    resumed_from = _latest_step(checkpoints)
+    resumed_from = latest_step(checkpoints)
     if resumed_from:
         logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
     started = time.perf_counter()
@@ -154,13 +161,22 @@ def train_verl(overrides: list[str], run_id: str | None,
         from verl.trainer.main_ppo_v0 import TaskRunner
 
         run_ppo(config, task_runner_class=TaskRunner)
-    summary = {"engine": "verl", "steps": _latest_step(checkpoints),
+    summary = {"engine": "verl", "steps": latest_step(checkpoints),
                "resumed_from_step": resumed_from,
                "seconds": round(time.perf_counter() - started, 1),
                "checkpoints": str(checkpoints), "mlflow_run_id": run_id,
-               "command": command_line(overrides)}
-    lora = config.actor_rollout_ref.model.lora_rank > 0
-    return summary, export_adapter(checkpoints, scratch_dir, summary, lora=lora)
+               "command": command_line(overrides),
+               "lora": config.actor_rollout_ref.model.lora_rank > 0}
+    return TrainRun(summary=summary, history=_reward_history(run_id) if run_id else [],
+                    checkpoints=checkpoints)
+
+
+def _reward_history(run_id: str) -> list[dict[str, float]]:
+    import mlflow
+
+    # verl logs its mean sequence score per step as critic/score/mean (GRPO included).
+    mean = mlflow.MlflowClient().get_metric_history(run_id, "critic/score/mean")
+    return [{"step": m.step, "reward": m.value} for m in sorted(mean, key=lambda m: m.step)]
 
 
 def export_adapter(checkpoints: Path, scratch_dir: str | Path, summary: dict[str, Any],
@@ -179,17 +195,49 @@ def export_adapter(checkpoints: Path, scratch_dir: str | Path, summary: dict[str
                 converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
                 for item in (converted / "lora_adapter").iterdir():
                     item.rename(out / item.name)
-        (out / TRAINING_RUN).write_text(json.dumps(
-            {**summary, "checkpoint": str(actor), "lora": lora}, indent=2))
+        write_training_run(out, summary, checkpoint=str(actor), lora=lora)
         return out
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
 
 
-def _latest_step(checkpoints: Path) -> int:
-    marker = checkpoints / LATEST
-    return int(marker.read_text().strip()) if marker.is_file() else 0
+class VerlEngine(Engine):
+    """verl's PPO trainer on Ray: FSDP actor, vLLM rollout, LoRA (GPUs only)."""
+
+    name = "verl"
+
+    def preflight(self, setup: TrainSetup, *, training: bool) -> Preflight:
+        import mlflow
+        import torch
+
+        gpus = torch.cuda.device_count()
+        params = setup.train
+        inputs = LaunchInputs(
+            train_files=setup.train_prompts_file, val_files=setup.val_prompts_file,
+            model_path=str(Path(setup.base_model).absolute()),
+            checkpoints_dir=setup.checkpoints_dir,
+            tracking_uri=tracking_uri_for_workers(mlflow.get_tracking_uri()),
+            ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None)
+        plan = plan_verl(params.verl, setup.data, setup.reward, inputs, gpus_visible=gpus,
+                         training=training, train_rows=setup.train_rows)
+        return Preflight(
+            plan={"engine": self.name, "overrides": plan.overrides},
+            report={**plan.report, "overrides": plan.overrides, "command": plan.command},
+            config_yaml=resolved_config_yaml(plan), command=plan.command + "\n",
+            metrics={"resolved_trainer_n_gpus_per_node": plan.hardware.gpus_per_node,
+                     "resolved_trainer_nnodes": plan.hardware.nnodes,
+                     "resolved_rollout_tensor_model_parallel_size":
+                         plan.hardware.tensor_parallel})
+
+    def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: Any,
+              val_prompts: Any, run_id: str | None) -> TrainRun:
+        # verl reads the prompt files itself (plan["overrides"] name them).
+        return train_verl(plan["overrides"], run_id)
+
+    def export(self, run: TrainRun, scratch_dir: Path) -> Path:
+        return export_adapter(run.checkpoints, scratch_dir, run.summary,
+                              lora=run.summary["lora"])
 
 
 def _check_user_overrides(user: list[str], launch: list[str]) -> list[Problem]:

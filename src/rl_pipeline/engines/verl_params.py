@@ -7,7 +7,7 @@ settings from the shared ``data`` group, so they are not repeated here.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -20,8 +20,12 @@ ADV_ESTIMATORS = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_bas
 class VerlParams(ParamGroup):
     """``train.verl``: GRPO, REINFORCE++ and seven more estimators on verl (FSDP, vLLM, LoRA)."""
 
+    group: ClassVar[str] = "train.verl"
+
     ENGINE: str = Field("vllm", description="Rollout engine (actor_rollout_ref.rollout.name).")
-    rollout_name: str = Field("vllm", description="Rollout engine; the same setting as ENGINE.")
+    rollout_name: str | None = Field(
+        None, description="Rollout engine: follows ENGINE (the same verl key); another value "
+        "is refused.")
     data_train_batch_size: int = Field(512, gt=0, description="Prompts per training step.")
     # Algorithm
     algorithm_adv_estimator: Literal[ADV_ESTIMATORS] = Field(  # type: ignore[valid-type]
@@ -35,12 +39,14 @@ class VerlParams(ParamGroup):
         True, description="FSDP2 CPU offload policy (fsdp2 only).")
     actor_ppo_mini_batch_size: int = Field(
         128, gt=0, description="PPO mini-batch, in prompts (verl_trainer_component name).")
-    actor_rft_mini_batch_size: int = Field(
-        128, gt=0, description="The same as actor_ppo_mini_batch_size (rft_trainer name).")
+    actor_rft_mini_batch_size: int | None = Field(
+        None, gt=0, description="rft_trainer's name for actor_ppo_mini_batch_size: follows it; "
+        "another value is refused.")
     actor_ppo_micro_batch_size_per_gpu: int = Field(
         10, gt=0, description="Sequences per GPU per forward/backward.")
-    actor_rft_micro_batch_size_per_gpu: int = Field(
-        10, gt=0, description="The same as actor_ppo_micro_batch_size_per_gpu (rft_trainer).")
+    actor_rft_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0, description="rft_trainer's name for actor_ppo_micro_batch_size_per_gpu: "
+        "follows it; another value is refused.")
     actor_model_lora_rank: int = Field(64, ge=0, description="LoRA rank; 0 trains all weights.")
     actor_model_lora_alpha: int = Field(32, gt=0, description="LoRA alpha.")
     actor_model_target_modules: str = Field(

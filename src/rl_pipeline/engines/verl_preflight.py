@@ -93,16 +93,6 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
 
     if verl.ENGINE not in ROLLOUT_ENGINES:
         fail("ENGINE", f"one of {', '.join(ROLLOUT_ENGINES)}")
-    if verl.rollout_name != verl.ENGINE:
-        fail("rollout_name", f"the same engine as ENGINE ({verl.ENGINE!r}); both name "
-             "actor_rollout_ref.rollout.name")
-    for ours, rft in (("actor_ppo_mini_batch_size", "actor_rft_mini_batch_size"),
-                      ("actor_ppo_micro_batch_size_per_gpu",
-                       "actor_rft_micro_batch_size_per_gpu")):
-        if getattr(verl, ours) != getattr(verl, rft):
-            fail(rft, f"the same value as {ours} ({getattr(verl, ours)}): the two specs' names "
-                 "for one setting")
-
     gpus, n = hardware.gpus, verl.rollout_n
     if gpus < 1:
         fail("trainer_n_gpus_per_node", "at least 1 GPU (verl trains on GPUs only)")

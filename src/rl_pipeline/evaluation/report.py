@@ -15,23 +15,6 @@ from matplotlib.figure import Figure  # noqa: E402
 HEADLINE = ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1")
 
 
-def flatten(metrics: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """``{label: {...}}`` to MLflow metric names: ``base/strict_accuracy``,
-    ``trained/by_data_source/openai/gsm8k/strict_accuracy``."""
-    out: dict[str, float] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}/{key}", inner)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[prefix] = float(value)
-
-    for label, values in metrics.items():
-        walk(label, values)
-    return out
-
-
 def markdown_report(metrics: dict[str, dict[str, Any]], settings: dict[str, Any]) -> str:
     """A Markdown report: settings, then every metric side by side with the delta."""
     labels = list(metrics)

@@ -14,13 +14,18 @@ from typing import Any
 LATEST = "latest_checkpointed_iteration.txt"
 
 
+def latest_step(checkpoints: str | Path) -> int:
+    """The step of the newest checkpoint verl recorded in ``checkpoints`` (its
+    ``latest_checkpointed_iteration.txt``); 0 when there is none."""
+    marker = Path(checkpoints) / LATEST
+    return int(marker.read_text().strip()) if marker.is_file() else 0
+
+
 def latest_actor_checkpoint(checkpoints: str | Path) -> Path | None:
     """``global_step_N/actor`` of the newest checkpoint verl recorded, or None."""
-    marker = Path(checkpoints) / LATEST
-    if not marker.is_file():
-        return None
-    actor = Path(checkpoints) / f"global_step_{marker.read_text().strip()}" / "actor"
-    return actor if actor.is_dir() else None
+    step = latest_step(checkpoints)
+    actor = Path(checkpoints) / f"global_step_{step}" / "actor"
+    return actor if step and actor.is_dir() else None
 
 
 def convert_fsdp_checkpoint(actor_dir: str | Path, out_dir: str | Path) -> Path:

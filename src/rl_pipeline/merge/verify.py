@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from rl_pipeline.models.tokenizer import chat_prompt_ids
+
 TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 4e-2),
               torch.float16: (0.0, 1e-2)}
 DEFAULT_PROBES = (
@@ -93,10 +95,8 @@ def _compare(merged_dir: str | Path, load_reference, probes: tuple[str, ...],
 
 def _encode(tokenizer, text: str) -> torch.Tensor:
     if tokenizer.chat_template:
-        out = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True,
-                                            return_tensors="pt")
-        return out["input_ids"] if hasattr(out, "keys") else out
+        return chat_prompt_ids(tokenizer, [{"role": "user", "content": text}],
+                               return_tensors="pt")
     return tokenizer(text, return_tensors="pt")["input_ids"]
 
 

@@ -22,13 +22,11 @@ import json
 import logging
 import os
 import re
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline.debris import staging_path
+from rl_pipeline.staging import staged
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +108,7 @@ def resolve_model(source: str | Path, out_root: str | Path,
     if cached and cached.get("fingerprint") == fingerprint:
         return ResolvedModel(out, cached)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_path(out)
-    try:
+    with staged(out) as staging:
         if location.gguf is not None:
             _convert_gguf(location.gguf, staging)
         else:
@@ -126,10 +122,6 @@ def resolve_model(source: str | Path, out_root: str | Path,
             **_weights_summary(staging), "fingerprint": fingerprint,
         }
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
-        _replace_dir(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     logger.info("Resolved base model %s (%s) to %s", source, location.rule, out)
     return ResolvedModel(out, metadata)
 
@@ -390,15 +382,4 @@ def _read_metadata(folder: Path) -> dict[str, Any] | None:
         return json.loads((folder / METADATA_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-
-
-def _replace_dir(staging: Path, out: Path) -> None:
-    # A directory cannot be renamed over a non-empty one: move the stale one aside first.
-    if out.exists():
-        stale = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.stale")
-        os.replace(out, stale)
-        os.replace(staging, out)
-        shutil.rmtree(stale, ignore_errors=True)
-    else:
-        os.replace(staging, out)
 

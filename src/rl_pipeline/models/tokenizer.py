@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -32,3 +34,16 @@ def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
         raise ValueError(f"{path}: the tokenizer has no chat template; prompts are chat "
                          "messages, so the model needs one")
     return tokenizer
+
+
+def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]],
+                    **kwargs: Any) -> Any:
+    """The token ids of ``messages`` with the generation prompt, as verl's rollout makes them.
+
+    transformers 5 returns a ``BatchEncoding`` from ``apply_chat_template(tokenize=True)``
+    where 4.x returned the ids; this takes the ids from either. ``kwargs`` go to
+    ``apply_chat_template`` (``return_tensors="pt"``).
+    """
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+                                        tokenize=True, **kwargs)
+    return out["input_ids"] if hasattr(out, "keys") else out

@@ -15,6 +15,7 @@ from rl_pipeline.rewards.scoring import (
     gsm8k_format_credit,
     load_reward_function,
     math_verify_score,
+    sanity_check,
     strict_gsm8k,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "gsm8k_format_credit",
     "load_reward_function",
     "math_verify_score",
+    "sanity_check",
     "strict_gsm8k",
 ]

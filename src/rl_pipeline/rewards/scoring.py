@@ -155,6 +155,44 @@ class SafeReward:
             return 0.0
 
 
+def sanity_check(score: Callable[[dict[str, Any], str], float],
+                 rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Score sample rows with their reference answer (``#### <answer>``) and with an empty
+    response, as both engines' preflights do before training.
+
+    Args:
+        score: Scores one row (verl's schema: ``reward_model.ground_truth``...) against one
+            response; it raises on a broken reward and the caller names the problem.
+        rows: The sample rows.
+
+    Returns:
+        ``reference_mean``, ``empty_mean``, ``rows_scored`` and a ``warning`` (None when the
+        reward scores reference answers above empty responses, as a reward for this data
+        should).
+
+    Raises:
+        ValueError: When a score is not a finite number.
+    """
+    import math
+
+    scores: dict[str, list[float]] = {"reference": [], "empty": []}
+    for row in rows:
+        truth = row["reward_model"]["ground_truth"]
+        for kind, response in (("reference", f"#### {truth}"), ("empty", "")):
+            value = float(score(row, response))
+            if not math.isfinite(value):
+                raise ValueError(f"a finite score; got {value} for {response!r}")
+            scores[kind].append(value)
+    report: dict[str, Any] = {f"{kind}_mean": sum(v) / len(v) if v else None
+                              for kind, v in scores.items()}
+    report["rows_scored"] = len(rows)
+    report["warning"] = None
+    if rows and report["reference_mean"] <= report["empty_mean"]:
+        report["warning"] = ("the reward does not score reference answers ('#### <answer>') "
+                             "above empty responses; check that it reads this dataset's format")
+    return report
+
+
 def verl_reward(data_source: str, solution_str: str, ground_truth: str,
                 extra_info: dict | None = None, *, reward_path: str | None = None,
                 reward_name: str = "compute_score", strict: bool = False, **_: Any) -> float:

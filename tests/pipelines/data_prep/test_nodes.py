@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError, DataPrepParams
+from rl_pipeline.config import ConfigError, DataParams, DataPrepParams
 from rl_pipeline.data.prompts import DataError, chat_messages
 from rl_pipeline.data.records import read_jsonl
 from rl_pipeline.pipelines.data_prep.nodes import (
@@ -26,6 +26,7 @@ def gsm_files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _run_all(train: Path, val: Path | None, tokenizer_dir: Path, prep: dict, data: dict):
+    prep, data = DataPrepParams.model_validate(prep), DataParams.model_validate(data)
     train_work, val_work, hygiene = clean_prompt_splits(
         read_jsonl(train), read_jsonl(val) if val else None, prep, data)
     train_p, val_p, lengths = fit_prompt_lengths(train_work, val_work, str(tokenizer_dir),
@@ -85,7 +86,8 @@ def test_malformed_line_fails_naming_file_and_line(tmp_path, prep_params, data_p
     lines[3] = lines[3][:-5]  # cut the closing of line 4
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError) as err:
-        clean_prompt_splits(read_jsonl(path), None, prep_params, data_params)
+        clean_prompt_splits(read_jsonl(path), None, DataPrepParams.model_validate(prep_params),
+                            DataParams.model_validate(data_params))
     assert f"{path}, line 4: malformed JSON" in str(err.value)
     assert "on_bad_record=skip" in str(err.value)
 
@@ -112,7 +114,8 @@ def test_nothing_left_after_filtering_says_so(tmp_path, prep_params, data_params
     path = write_jsonl(tmp_path / "noanswers.jsonl",
                        [{"question": f"q{i}", "answer": "no number"} for i in range(5)])
     with pytest.raises(DataError, match="no train rows left after cleaning.*no_ground_truth"):
-        clean_prompt_splits(read_jsonl(path), None, prep_params, data_params)
+        clean_prompt_splits(read_jsonl(path), None, DataPrepParams.model_validate(prep_params),
+                            DataParams.model_validate(data_params))
 
 
 def test_overlong_prompts_are_dropped_and_counted(gsm_files, tokenizer_dir, tokenizer,
@@ -162,12 +165,11 @@ def test_invalid_parameters_are_named_with_value_and_allowed(gsm_files, prep_par
                                                              data_params) -> None:
     bad_data = {**data_params, "data_truncation": "sideways", "data_max_prompt_length": 0}
     with pytest.raises(ConfigError) as err:
-        clean_prompt_splits(read_jsonl(gsm_files[0]), None, prep_params, bad_data)
+        DataParams.model_validate(bad_data)
     message = str(err.value)
     assert "data.data_truncation='sideways'" in message
     assert "'error', 'left', 'right' or 'middle'" in message
     assert "data.data_max_prompt_length=0" in message and "greater than 0" in message
 
     with pytest.raises(ConfigError, match="data_prep.promt_template: unknown parameter"):
-        clean_prompt_splits(read_jsonl(gsm_files[0]), None,
-                            {**prep_params, "promt_template": "{x}"}, data_params)
+        DataPrepParams.model_validate({**prep_params, "promt_template": "{x}"})

@@ -7,6 +7,7 @@ from pathlib import Path
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
+from rl_pipeline.config import DataParams, DataPrepParams
 from rl_pipeline.data.records import read_jsonl
 from rl_pipeline.pipelines.data_prep import create_pipeline
 from tests.conftest import read_gsm8k, write_jsonl
@@ -20,8 +21,9 @@ def test_pipeline_runs_on_an_in_memory_catalog(tmp_path: Path, tokenizer_dir, pr
         "raw_val": MemoryDataset(read_jsonl(write_jsonl(tmp_path / "v.jsonl", records[30:]))),
         "base_model": MemoryDataset(str(tokenizer_dir)),
     })
-    catalog["params:data_prep"] = prep_params
-    catalog["params:data"] = data_params
+    # Kedro instantiates the typed groups in a session; a bare runner is handed them.
+    catalog["params:data_prep"] = DataPrepParams.model_validate(prep_params)
+    catalog["params:data"] = DataParams.model_validate(data_params)
     outputs = SequentialRunner().run(create_pipeline(), catalog)
     assert len(outputs["train_prompts"].load()) == 30
     assert len(outputs["val_prompts"].load()) == 10
@@ -36,8 +38,9 @@ def test_pipeline_slice_up_to_cleaning_needs_no_tokenizer(tmp_path: Path, prep_p
         "raw_train": MemoryDataset(read_jsonl(write_jsonl(tmp_path / "t.jsonl", records))),
         "raw_val": MemoryDataset(None),
     })
-    catalog["params:data_prep"] = {**prep_params, "val_fraction": 0.25}
-    catalog["params:data"] = data_params
+    catalog["params:data_prep"] = DataPrepParams.model_validate({**prep_params,
+                                                                 "val_fraction": 0.25})
+    catalog["params:data"] = DataParams.model_validate(data_params)
     pipeline = create_pipeline().to_nodes("clean_prompt_splits_node")
     outputs = SequentialRunner().run(pipeline, catalog)
     assert (len(outputs["train_work"].load()), len(outputs["val_work"].load())) == (9, 3)

@@ -8,13 +8,14 @@ import pandas as pd
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.config import DataPrepParams
+from rl_pipeline.config import DataParams, DataPrepParams, EvalParams, RewardParams
 from rl_pipeline.data.prompts import to_verl_frame
+from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
 from tests.conftest import read_gsm8k
 
 EVAL = {"backend": "hf", "max_prompts": 3, "n_samples": 2, "greedy": False,
-        "max_new_tokens": 16, "batch_size": 4, "rollout_val_temperature": 1.0}
+        "batch_size": 4, "rollout_val_temperature": 1.0}
 REWARD = {"custom_reward_function": {"path": None, "name": "compute_score"}, "strict": False}
 
 
@@ -32,9 +33,11 @@ def _run(base: Path, merged: Path | None, data_params: dict):
         "base_model": MemoryDataset(str(base)),
         "merged_model": MemoryDataset(str(merged) if merged else None),
     })
-    catalog["params:eval"] = EVAL
-    catalog["params:data"] = data_params
-    catalog["params:reward"] = REWARD
+    # Kedro instantiates the typed groups in a session; a bare runner is handed them.
+    catalog["params:eval"] = EvalParams.model_validate(EVAL)
+    catalog["params:data"] = DataParams.model_validate(data_params)
+    catalog["params:reward"] = RewardParams.model_validate(REWARD)
+    catalog["params:train"] = TrainParams()
     return SequentialRunner().run(create_pipeline(), catalog)
 
 

@@ -9,12 +9,14 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
+from rl_pipeline.config import DataParams, MergeParams, RewardParams
 from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
 from tests.conftest import GSM8K_TEST, gsm8k_prompts
 
 TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4,
-       "per_device_train_batch_size": 8, "max_completion_length": 8, "max_steps": 2,
+       "per_device_train_batch_size": 8, "max_steps": 2,
        "save_steps": 1, "logging_steps": 1, "num_iterations": 1}
 
 
@@ -29,10 +31,10 @@ def _catalog(model: Path, tmp_path: Path, data_params: dict, trl: dict) -> DataC
         "base_model": MemoryDataset(str(model)),
         "train_checkpoints_dir": MemoryDataset(str(tmp_path / "models" / "train_checkpoints")),
     })
-    catalog["params:train"] = {"engine": "trl", "trl": trl}
-    catalog["params:data"] = data_params
-    catalog["params:reward"] = {"custom_reward_function": {"path": None,
-                                                           "name": "compute_score"}}
+    # Kedro instantiates the typed groups in a session; a bare runner is handed them.
+    catalog["params:train"] = TrainParams.model_validate({"engine": "trl", "trl": trl})
+    catalog["params:data"] = DataParams.model_validate(data_params)
+    catalog["params:reward"] = RewardParams()
     return catalog
 
 
@@ -65,10 +67,11 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
                        {**TRL, "apply_lora": False, "max_steps": 1, "learning_rate": 1e-2,
                         "warmup_ratio": 0.0})
     # A reward that varies within a group, so that one step has advantages to follow.
-    catalog["params:reward"] = {"custom_reward_function": {"path": str(digit_reward_file),
-                                                           "name": "score"}}
+    catalog["params:reward"] = RewardParams(
+        custom_reward_function={"path": str(digit_reward_file), "name": "score"})
     catalog["train_checkpoints"] = MemoryDataset(None)
-    catalog["params:merge"] = {"scratch_dir": str(tmp_path / "scratch"), "dtype": "bfloat16"}
+    catalog["params:merge"] = MergeParams(scratch_dir=str(tmp_path / "scratch"),
+                                          dtype="bfloat16")
     outputs = SequentialRunner().run(create_pipeline() + merge_pipeline(), catalog)
     merged = Path(outputs["merged_model"].load())
     metadata = outputs["merge_metadata"].load()

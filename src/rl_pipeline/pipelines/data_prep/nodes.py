@@ -1,5 +1,5 @@
-"""Nodes of the data_prep pipeline. Each validates its parameter groups, then calls the
-Kedro-free functions in ``rl_pipeline.data``."""
+"""Nodes of the data_prep pipeline: they call the Kedro-free functions in
+``rl_pipeline.data`` (Kedro validates the typed parameter groups before the run)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, DataPrepParams, parse_params
+from rl_pipeline.config import DataParams, DataPrepParams
 from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_split
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.data.records import RawRecords
-from rl_pipeline.data.report import flatten_metrics, length_histogram
+from rl_pipeline.data.report import length_histogram
 from rl_pipeline.models.tokenizer import load_tokenizer
+from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
 _LISTED_BAD = 20
 
 
 def clean_prompt_splits(
-    raw_train: RawRecords, raw_val: RawRecords | None, data_prep: dict[str, Any],
-    data: dict[str, Any],
+    raw_train: RawRecords, raw_val: RawRecords | None, data_prep: DataPrepParams,
+    data: DataParams,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Map raw records to questions and ground truths; drop bad, empty and duplicate rows.
 
@@ -36,15 +37,13 @@ def clean_prompt_splits(
     Returns:
         The train and validation work frames and the hygiene counts.
     """
-    params = parse_params(DataPrepParams, data_prep, "data_prep")
-    shared = parse_params(DataParams, data, "data")
-    train, val, hygiene = clean_splits(raw_train, raw_val, params, shared.data_image_key)
+    train, val, hygiene = clean_splits(raw_train, raw_val, data_prep, data.data_image_key)
     return train, val, hygiene.as_dict()
 
 
 def fit_prompt_lengths(
     train_work: pd.DataFrame, val_work: pd.DataFrame, base_model: str,
-    data_prep: dict[str, Any], data: dict[str, Any],
+    data_prep: DataPrepParams, data: DataParams,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Filter or truncate overlong prompts with the base model's tokenizer; emit verl's schema.
 
@@ -58,13 +57,11 @@ def fit_prompt_lengths(
     Returns:
         ``train_prompts``, ``val_prompts`` in verl's RLHFDataset schema, and a length summary.
     """
-    params = parse_params(DataPrepParams, data_prep, "data_prep")
-    shared = parse_params(DataParams, data, "data")
     tokenizer = load_tokenizer(base_model)
     outputs, summary = [], {"tokenizer": base_model}
     for split, work in zip(SPLITS, (train_work, val_work), strict=True):
-        fitted = fit_split(work, split, tokenizer, params, shared)
-        outputs.append(to_verl_frame(fitted.work, params, split, shared.data_image_key))
+        fitted = fit_split(work, split, tokenizer, data_prep, data)
+        outputs.append(to_verl_frame(fitted.work, data_prep, split, data.data_image_key))
         summary[split] = {"stats": fitted.stats, "dropped": dict(fitted.dropped),
                           "truncated": fitted.truncated, "rows_out": len(outputs[-1]),
                           "sample_lengths": fitted.sample_lengths.tolist()}
@@ -72,16 +69,14 @@ def fit_prompt_lengths(
 
 
 def report_data_prep(
-    hygiene: dict[str, Any], lengths: dict[str, Any], data: dict[str, Any],
-    data_prep: dict[str, Any],
+    hygiene: dict[str, Any], lengths: dict[str, Any], data: DataParams,
+    data_prep: DataPrepParams,
 ) -> tuple[dict[str, Any], dict[str, dict[str, float]], Figure]:
     """Assemble the data_prep report, its numbers as MLflow metrics, and a length histogram.
 
     Returns:
         The report (JSON), the metrics (``{name: {value, step}}``) and the histogram figure.
     """
-    shared = parse_params(DataParams, data, "data")
-    params = parse_params(DataPrepParams, data_prep, "data_prep")
     dropped_by_split = {
         s: {r: hygiene["dropped"][s].get(r, 0) + lengths[s]["dropped"].get(r, 0)
             for r in DROP_REASONS} for s in SPLITS}
@@ -96,23 +91,22 @@ def report_data_prep(
         "prompt_tokens": {s: lengths[s]["stats"] for s in SPLITS},
         "prompt_tokens_note": (
             "Tokens of the chat-templated prompt with the generation prompt, as verl counts "
-            f"them. Percentiles over a uniform sample of {params.length_sample_size} rows "
+            f"them. Percentiles over a uniform sample of {data_prep.length_sample_size} rows "
             "where a split has more (sampled: true), else over every row; max over every "
             "exactly counted row."),
-        "data_max_prompt_length": shared.data_max_prompt_length,
-        "data_filter_overlong_prompts": shared.data_filter_overlong_prompts,
-        "data_truncation": shared.data_truncation,
+        "data_max_prompt_length": data.data_max_prompt_length,
+        "data_filter_overlong_prompts": data.data_filter_overlong_prompts,
+        "data_truncation": data.data_truncation,
         "val_source": hygiene["val_source"],
         "tokenizer": lengths["tokenizer"],
         "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
     }
-    metrics = {name: {"value": value, "step": 0}
-               for name, value in flatten_metrics(
-                   {k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
-                                           "train_val_overlap", "prompt_tokens")}).items()}
+    metrics = mlflow_metrics({k: report[k] for k in ("rows_in", "rows_out", "dropped",
+                                                     "truncated", "train_val_overlap",
+                                                     "prompt_tokens")})
     figure = length_histogram(
         {s: np.asarray(lengths[s]["sample_lengths"], dtype=np.int64) for s in SPLITS},
-        shared.data_max_prompt_length)
+        data.data_max_prompt_length)
     logger.info("data_prep: %d train and %d val prompts (dropped: %s)",
                 rows_out["train"], rows_out["val"],
                 {r: n for r, n in report["dropped"].items() if n} or "none")

@@ -2,6 +2,9 @@ from kedro.pipeline import Node, Pipeline
 
 from .nodes import evaluate_base, evaluate_trained, select_eval_prompts, summarize_eval
 
+# params:train: eval.vllm_gpu_memory_utilization follows the rollout's (config.FOLLOWERS).
+_SETTINGS = ["params:eval", "params:data", "params:reward", "params:train"]
+
 
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline([
@@ -13,14 +16,13 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=evaluate_base,
-            inputs=["eval_prompts", "base_model", "params:eval", "params:data", "params:reward"],
+            inputs=["eval_prompts", "base_model", *_SETTINGS],
             outputs="base_scored",
             name="evaluate_base_node",
         ),
         Node(
             func=evaluate_trained,
-            inputs=["eval_prompts", "merged_model", "params:eval", "params:data",
-                    "params:reward"],
+            inputs=["eval_prompts", "merged_model", *_SETTINGS],
             outputs="trained_scored",
             name="evaluate_trained_node",
         ),

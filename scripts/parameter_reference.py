@@ -1,19 +1,23 @@
 """The parameter reference, ``docs/parameters.md``, generated from the code so it cannot drift.
 
-Regenerate it with::
+Documentation tooling, not part of the ``rl_pipeline`` package. Regenerate the reference with::
 
-    python -m rl_pipeline.engines.reference > docs/parameters.md
+    python scripts/parameter_reference.py > docs/parameters.md
 
-Sources: the three specs' parameter tables (:data:`SPECS`, checked against the spec files by
-``tests/engines/test_param_reference.py``), the parameter models (``VerlParams``,
+Sources: the three component specs' parameters (name, type, default, enum) as
+``docs/reference/spec_parameters.yaml`` records them (made from the spec documents by
+``scripts/extract_spec_parameters.py``), the parameter models (``VerlParams``,
 ``TrlParams``, ``DataParams``, ``DataPrepParams``, ``TrainParams``), the spec -> engine
 tables (:data:`rl_pipeline.engines.verl_config.MAPPING`,
 :data:`rl_pipeline.engines.trl_config.MAPPING`), ``conf/base/catalog.yml`` and
 :data:`EQUIVALENTS`, the parameters of one engine that mean the same as one of the other's.
+``tests/engines/test_param_reference.py`` checks all of it and that the committed
+``docs/parameters.md`` is current.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from dataclasses import dataclass
@@ -22,178 +26,78 @@ from typing import Any
 
 import yaml
 
-from rl_pipeline.config import DataParams, DataPrepParams, ParamGroup
+from rl_pipeline.config import FOLLOWERS, DataParams, DataPrepParams, ParamGroup
 from rl_pipeline.engines import trl_config, verl_config
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.engines.trl_params import TrlParams
 from rl_pipeline.engines.verl_params import VerlParams
 
-CATALOG_FILE = Path(__file__).resolve().parents[3] / "conf" / "base" / "catalog.yml"
-REGENERATE = "python -m rl_pipeline.engines.reference > docs/parameters.md"
+REPO = Path(__file__).resolve().parents[1]  # scripts/ -> the repository
+SPEC_PARAMETERS = REPO / "docs" / "reference" / "spec_parameters.yaml"
+CATALOG_FILE = REPO / "conf" / "base" / "catalog.yml"
+REGENERATE = "python scripts/parameter_reference.py > docs/parameters.md"
 
 
-def _table(text: str) -> tuple[tuple[str, str], ...]:
-    """``name default`` lines -> ((name, default), ...)."""
-    return tuple((name, default) for name, default in
-                 (line.split() for line in text.strip().splitlines()))
+@dataclass(frozen=True)
+class SpecParameter:
+    """One row of a spec's parameter tables: its type and default (None: the spec gives none)
+    as the table gives them, and its allowed values (empty: the spec lists none)."""
+
+    name: str
+    type: str
+    default: Any
+    enum: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One component spec: its name, file (in the shared spec folder), engine, parameters.
-
-    ``params`` is the spec's parameter tables, in order, with each default as the spec
-    writes it ('-': none).
-    """
+    """One component spec: its name, file (in the spec folder), engine, parameters (the
+    spec's parameter tables, in order)."""
 
     name: str
     file: str
     engine: str
-    params: tuple[tuple[str, str], ...]
+    params: tuple[SpecParameter, ...]
+
+    def defaults(self) -> dict[str, Any]:
+        """Parameter name -> the spec's default (None: none), in the spec's order."""
+        return {p.name: p.default for p in self.params}
 
 
-SPECS: tuple[Spec, ...] = (
-    Spec("verl_trainer_component", "verl_trainer_component.md", "verl", _table("""
-        ENGINE                                     vllm
-        data_train_files                           -
-        data_val_files                             -
-        data_train_batch_size                      512
-        data_max_prompt_length                     1024
-        data_max_response_length                   2048
-        data_filter_overlong_prompts               true
-        data_truncation                            error
-        data_image_key                             images
-        actor_model_path                           -
-        actor_optim_lr                             3e-6
-        actor_model_use_remove_padding             true
-        actor_strategy                             fsdp2
-        actor_fsdp_config_offload_policy           true
-        actor_ppo_mini_batch_size                  128
-        actor_ppo_micro_batch_size_per_gpu         10
-        actor_model_lora_rank                      64
-        actor_model_lora_alpha                     32
-        actor_model_target_modules                 all-linear
-        actor_model_exclude_modules                .*visual.*
-        actor_use_kl_loss                          true
-        actor_kl_loss_coef                         0.01
-        actor_kl_loss_type                         low_var_kl
-        actor_entropy_coeff                        0
-        actor_model_enable_gradient_checkpointing  true
-        actor_fsdp_param_offload                   false
-        actor_fsdp_optimizer_offload               false
-        rollout_log_prob_micro_batch_size_per_gpu  20
-        rollout_tensor_model_parallel_size         2
-        rollout_name                               vllm
-        rollout_dtype                              float16
-        rollout_disable_mm_preprocessor_cache      true
-        rollout_gpu_memory_utilization             0.6
-        rollout_enable_chunked_prefill             false
-        rollout_enforce_eager                      false
-        rollout_free_cache_engine                  false
-        rollout_n                                  5
-        ref_log_prob_micro_batch_size_per_gpu      20
-        ref_fsdp_param_offload                     true
-        algorithm_adv_estimator                    grpo
-        algorithm_use_kl_in_reward                 false
-        trainer_critic_warmup                      0
-        trainer_n_gpus_per_node                    8
-        trainer_nnodes                             1
-        trainer_save_freq                          20
-        trainer_test_freq                          5
-        trainer_total_epochs                       15
-        total_training_steps                       -
-    """)),
-    Spec("rft_trainer", "rft_trainer_component.md", "verl", _table("""
-        algorithm_adv_estimator                    grpo
-        algorithm_use_kl_in_reward                 false
-        trainer_n_gpus_per_node                    8
-        trainer_nnodes                             1
-        trainer_save_freq                          20
-        trainer_test_freq                          5
-        trainer_val_before_train                   true
-        trainer_total_epochs                       7
-        total_training_steps                       -
-        data_train_files                           -
-        data_val_files                             -
-        data_train_batch_size                      512
-        data_max_prompt_length                     1024
-        data_max_response_length                   2048
-        data_filter_overlong_prompts               true
-        data_truncation                            error
-        actor_model_path                           -
-        actor_optim_lr                             3e-6
-        actor_model_use_remove_padding             true
-        actor_strategy                             fsdp2
-        actor_fsdp_config_offload_policy           true
-        actor_rft_mini_batch_size                  128
-        actor_rft_micro_batch_size_per_gpu         10
-        actor_model_lora_rank                      64
-        actor_model_lora_alpha                     32
-        actor_model_target_modules                 all-linear
-        actor_use_kl_loss                          true
-        actor_kl_loss_coef                         0.01
-        actor_kl_loss_type                         low_var_kl
-        actor_entropy_coeff                        0.0
-        actor_model_enable_gradient_checkpointing  true
-        actor_fsdp_param_offload                   false
-        actor_fsdp_optimizer_offload               false
-        rollout_log_prob_micro_batch_size_per_gpu  20
-        rollout_tensor_model_parallel_size         2
-        rollout_dtype                              bfloat16
-        rollout_gpu_memory_utilization             0.6
-        rollout_enable_chunked_prefill             false
-        rollout_enforce_eager                      false
-        rollout_free_cache_engine                  false
-        rollout_n                                  5
-        rollout_temperature                        1.0
-        rollout_top_p                              1.0
-        rollout_top_k                              -1
-        rollout_do_sample                          true
-        rollout_val_temperature                    0.7
-        rollout_val_top_p                          0.7
-        rollout_val_top_k                          -1
-        ref_log_prob_micro_batch_size_per_gpu      20
-        ref_fsdp_param_offload                     true
-        pypi_packages_override                     -
-    """)),
-    Spec("group_relative_policy_optimization", "grpo_trl_component.md", "trl", _table("""
-        dataset_train_split                        -
-        dataset_validation_split                   -
-        model_name_or_path                         -
-        deepspeed_config                           -
-        dataset_name                               ''
-        dataset_prompt_column                      problem
-        apply_lora                                 true
-        beta                                       0.00
-        epsilon                                    0.5
-        num_iterations                             3
-        num_generations                            4
-        num_train_epochs                           4
-        max_steps                                  -1
-        per_device_train_batch_size                8
-        per_device_eval_batch_size                 8
-        gradient_accumulation_steps                1
-        learning_rate                              3e-06
-        warmup_ratio                               0.1
-        max_grad_norm                              1.0
-        optim                                      adamw_torch
-        lr_scheduler_type                          cosine
-        max_prompt_length                          512
-        max_completion_length                      256
-        temperature                                1.0
-        top_p                                      1.0
-        do_eval                                    false
-        eval_strategy                              no
-        eval_steps                                 1
-        logging_steps                              5
-        save_steps                                 100
-        save_total_limit                           20
-        shuffle_dataset                            true
-        use_liger_kernel                           false
-        vllm_gpu_memory_utilization                0.3
-        vllm_tensor_parallel_size                  1
-    """)),
-)
+# The engine that trains with each component spec's parameters.
+ENGINES = {"verl_trainer_component": "verl", "rft_trainer": "verl",
+           "group_relative_policy_optimization": "trl"}
+
+
+def load_specs(path: Path = SPEC_PARAMETERS) -> tuple[Spec, ...]:
+    """The component specs, as ``docs/reference/spec_parameters.yaml`` records them."""
+    components = yaml.safe_load(path.read_text(encoding="utf-8"))["components"]
+    return tuple(
+        Spec(c["component"], c["file"], ENGINES[c["component"]],
+             tuple(SpecParameter(p["name"], p["type"], p["default"], tuple(p.get("enum", ())))
+                   for p in c["parameters"]))
+        for c in components)
+
+
+def same_default(default: Any, value: Any) -> bool:
+    """Whether ``value`` (ours) equals a spec's ``default`` (None: the spec gives none).
+
+    The specs write booleans as strings at times (``apply_lora: 'true'``) and numbers of type
+    ``number`` as integers (``logging_steps: 5``): those compare equal to ``True`` and ``5.0``.
+    """
+    if default is None:
+        return value is None
+    if isinstance(default, bool) or isinstance(value, bool):
+        return str(default).lower() == str(value).lower()
+    if isinstance(value, int | float):
+        try:
+            return float(default) == float(value)
+        except (TypeError, ValueError):
+            return False
+    return str(default) == str(value)
+
+
+SPECS: tuple[Spec, ...] = load_specs()
 
 
 @dataclass(frozen=True)
@@ -350,7 +254,8 @@ _RUNTIME = re.compile(r"\$\{runtime_params:(\w+),\s*(.*)\}")
 _REF = re.compile(r"\$\{(\w+)\}")
 
 
-def reference_markdown(catalog_file: Path = CATALOG_FILE) -> str:
+def reference_markdown(catalog_file: Path = CATALOG_FILE,
+                       specs: tuple[Spec, ...] = SPECS) -> str:
     """The parameter reference (``docs/parameters.md``) as Markdown."""
     catalog = yaml.safe_load(catalog_file.read_text(encoding="utf-8"))
     out = [
@@ -373,7 +278,7 @@ def reference_markdown(catalog_file: Path = CATALOG_FILE) -> str:
         "parameter that means the same ([equivalents](#equivalent-parameters)).",
         "",
     ]
-    for spec in SPECS:
+    for spec in specs:
         out += _spec_section(spec, catalog)
     out += _equivalents_section()
     out += _ours_section()
@@ -390,13 +295,14 @@ def _spec_section(spec: Spec, catalog: dict[str, Any]) -> list[str]:
              f"{spec.engine}`{how}) trains with these parameters.", "",
              "| parameter | spec default | set in | our default | verl | trl | notes |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, default in spec.params:
+    for param in spec.params:
+        name, default = param.name, param.default
         where, ours = _home(spec, name, catalog)
         if spec.engine == "verl":
             verl, trl = _verl_own(name), _trl_for_verl(name)
         else:
             verl, trl = _verl_for_trl(name), _trl_own(name)
-        cells = [f"`{name}`", _code(default), where, ours, verl, trl,
+        cells = [f"`{name}`", _code(_spec_default(default)), where, ours, verl, trl,
                  _notes(spec, name, default)]
         lines.append(_row(cells))
     return [*lines, ""]
@@ -405,7 +311,7 @@ def _spec_section(spec: Spec, catalog: dict[str, Any]) -> list[str]:
 def _equivalents_section() -> list[str]:
     lines = ["## Equivalent parameters", "",
              "Parameters of the two engines that mean the same (`EQUIVALENTS` in "
-             "`src/rl_pipeline/engines/reference.py`). A verl setting that no spec parameter "
+             "`scripts/parameter_reference.py`). A verl setting that no spec parameter "
              "carries is set through `train.verl.overrides`.", "",
              "| trl (`train.trl`) | verl | note |", "| --- | --- | --- |"]
     grpo = _spec_names("trl")
@@ -457,7 +363,9 @@ def _home(spec: Spec, name: str, catalog: dict[str, Any]) -> tuple[str, str]:
         return where, _code(value)
     for prefix, model in _HOMES[spec.engine]:
         if name in model.model_fields:
-            return f"`{prefix}.{name}`", _code(_fmt(_default(model.model_fields[name])))
+            owner = _OWNERS.get(f"{prefix}.{name}")
+            default = _code(_fmt(_default(model.model_fields[name])))
+            return f"`{prefix}.{name}`", f"follows `{owner}`" if owner else default
     raise LookupError(f"{spec.name} parameter {name!r} has no home: add it to a parameter "
                       "model or to CATALOG_INPUTS")
 
@@ -513,25 +421,32 @@ def _verl_side(eq: Equivalent) -> str:
     return f"= `{home}.{eq.verl}` (`{_verl_mappings()[eq.verl].key}`)"
 
 
-def _notes(spec: Spec, name: str, default: str) -> str:
+def _notes(spec: Spec, name: str, default: Any) -> str:
     notes = []
     if spec.engine == "verl" and name in _verl_mappings():
         key = _verl_mappings()[name].key
         aliases = [m.spec for m in verl_config.MAPPING if m.key == key and m.spec != name]
         notes += [f"the same verl key as `{a}`" for a in aliases]
     if name not in CATALOG_INPUTS:
-        ours = next(_default(model.model_fields[name]) for _, model in _HOMES[spec.engine]
-                    if name in model.model_fields)
-        if not _same_default(default, ours):
+        prefix, model = next((prefix, model) for prefix, model in _HOMES[spec.engine]
+                             if name in model.model_fields)
+        ours = _default(model.model_fields[name])
+        if f"{prefix}.{name}" in _OWNERS:
+            notes.append("one owner for one setting: null takes the owner's value, another "
+                         "value is refused (`FOLLOWERS` in `src/rl_pipeline/config.py`)")
+        elif not same_default(default, ours):
             notes.append(_why_different(spec, name, ours))
     return "; ".join(notes) or "-"
+
+
+_OWNERS = {f.name: f.owner for f in FOLLOWERS}
 
 
 def _why_different(spec: Spec, name: str, ours: Any) -> str:
     for other in SPECS:
         if other.engine == spec.engine and other is not spec:
-            theirs = dict(other.params).get(name)
-            if theirs is not None and _same_default(theirs, ours):
+            theirs = other.defaults()
+            if name in theirs and same_default(theirs[name], ours):
                 return f"our default is {other.name}'s (it wins where the specs differ)"
     return "our default differs from the spec's"
 
@@ -559,7 +474,7 @@ def _verl_mappings() -> dict[str, verl_config.Mapping]:
 
 
 def _spec_names(engine: str) -> set[str]:
-    return {name for spec in SPECS if spec.engine == engine for name, _ in spec.params}
+    return {name for spec in SPECS if spec.engine == engine for name in spec.defaults()}
 
 
 def _catalog_value(catalog: dict[str, Any], entry: str, key: str) -> tuple[str, str | None]:
@@ -595,18 +510,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _same_default(default: str, value: Any) -> bool:
-    """Whether a value equals a spec default as the spec writes it ('-': none)."""
-    if default == "-":
-        return value is None
-    if isinstance(value, bool):
-        return default.lower() == str(value).lower()
-    if isinstance(value, int | float):
-        try:
-            return float(default) == float(value)
-        except ValueError:
-            return False
-    return default == str(value)
+def _spec_default(value: Any) -> str:
+    """A spec default as YAML writes it, '-' where the spec gives none."""
+    return "-" if value is None else _fmt(value)
 
 
 def _code(text: str) -> str:
@@ -617,5 +523,17 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the parameter reference "
+                                     "(docs/parameters.md) to standard output.")
+    parser.add_argument("--spec-parameters", type=Path, default=SPEC_PARAMETERS,
+                        help="the specs' parameters (default: %(default)s)")
+    parser.add_argument("--catalog", type=Path, default=CATALOG_FILE,
+                        help="the Data Catalog (default: %(default)s)")
+    args = parser.parse_args(argv)
+    sys.stdout.write(reference_markdown(args.catalog, load_specs(args.spec_parameters)))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(reference_markdown())
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The one interface of every training engine, and the engines by name.
+
+An engine checks a configuration (:meth:`Engine.preflight`, on any machine), trains
+(:meth:`Engine.train`) and exports its newest checkpoint as the folder that merge takes
+(:meth:`Engine.export`). All engines take the same :class:`TrainSetup` and give the same
+:class:`Preflight` and :class:`TrainRun`, so the train nodes never ask which engine runs, and
+a third engine is one new module plus a line in :data:`rl_pipeline.engines.ENGINES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from rl_pipeline.config import DataParams, RewardParams
+from rl_pipeline.engines import ENGINES, TRAINING_RUN
+from rl_pipeline.engines.train_params import TrainParams
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """What every engine trains from: the catalog's inputs and the parameter groups."""
+
+    train_prompts_file: str
+    val_prompts_file: str
+    base_model: str
+    checkpoints_dir: str
+    train: TrainParams
+    data: DataParams
+    reward: RewardParams
+
+    @cached_property
+    def train_rows(self) -> int:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self.train_prompts_file).metadata.num_rows
+
+
+@dataclass
+class Preflight:
+    """A checked configuration: what :meth:`Engine.train` needs and what to show a reviewer.
+
+    ``plan`` is JSON (the ``train_plan`` catalog entry): the engine's name and its launch.
+    """
+
+    plan: dict[str, Any]
+    report: dict[str, Any]
+    config_yaml: str
+    command: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainRun:
+    """A finished training run: its summary, per-step history, and checkpoint folder."""
+
+    summary: dict[str, Any]
+    history: list[dict[str, float]]
+    checkpoints: Path
+
+
+class Engine(ABC):
+    """A training back end."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def preflight(self, setup: TrainSetup, *, training: bool) -> Preflight:
+        """Check the configuration, reporting every problem at once.
+
+        Args:
+            setup: The inputs and parameters.
+            training: Training starts next on this machine, so it must have what the engine
+                needs (GPUs, the rollout engine); otherwise only the configuration is checked.
+
+        Raises:
+            ConfigError: Naming each invalid parameter, its value and what is allowed.
+        """
+
+    @abstractmethod
+    def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
+              val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
+        """Train as ``plan`` says, checkpointing into ``setup.checkpoints_dir``.
+
+        ``run_id`` is the train stage's MLflow run: per-step metrics go there.
+        """
+
+    @abstractmethod
+    def export(self, run: TrainRun, scratch_dir: Path) -> Path:
+        """The newest checkpoint as merge takes it: a LoRA adapter in peft's layout, or a
+        whole model, with :data:`TRAINING_RUN`; built under ``scratch_dir``, hidden."""
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name`` (a key of :data:`ENGINES`)."""
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def choose_engine(engine: str, gpus_visible: int) -> tuple[str, str]:
+    """The engine to train with, and why (``auto``: verl needs CUDA GPUs and vLLM)."""
+    if engine != "auto":
+        return engine, f"train.engine={engine}"
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if gpus_visible and has_vllm:
+        return "verl", f"train.engine=auto: {gpus_visible} CUDA GPU(s) and vLLM found"
+    missing = " and ".join(m for m, ok in (("CUDA GPUs", gpus_visible), ("vLLM", has_vllm))
+                           if not ok)
+    return "trl", f"train.engine=auto: no {missing} here, so trl"
+
+
+def write_training_run(folder: Path, summary: dict[str, Any], **extra: Any) -> None:
+    """Record the run beside its result, for merge and lineage."""
+    (folder / TRAINING_RUN).write_text(json.dumps({**summary, **extra}, indent=2))
+
+
+def reward_curve(history: list[dict[str, float]], engine: str) -> Figure:
+    """Mean reward per logged step, with a band of one standard deviation."""
+    figure = Figure(figsize=(7, 4))
+    axes = figure.subplots()
+    rows = [h for h in history if "reward" in h]
+    if rows:
+        steps = np.array([h["step"] for h in rows])
+        mean = np.array([h["reward"] for h in rows])
+        std = np.array([h.get("reward_std", 0.0) for h in rows])
+        axes.plot(steps, mean, marker="o", label="mean reward")
+        axes.fill_between(steps, mean - std, mean + std, alpha=0.2, label="± std")
+        axes.legend()
+    else:
+        axes.text(0.5, 0.5, "no reward logged", ha="center", va="center")
+    axes.set_xlabel("step")
+    axes.set_ylabel("reward")
+    axes.set_title(f"Training reward ({engine} engine)")
+    figure.tight_layout()
+    return figure

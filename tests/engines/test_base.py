@@ -1,0 +1,113 @@
+"""The engine interface: the train nodes reach any engine through ENGINES, never by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.runner import SequentialRunner
+
+from rl_pipeline.config import DataParams, RewardParams
+from rl_pipeline.engines import ENGINES, TRAINING_RUN
+from rl_pipeline.engines.base import (
+    Engine,
+    Preflight,
+    TrainRun,
+    choose_engine,
+    get_engine,
+    write_training_run,
+)
+from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.pipelines.train import create_pipeline
+from tests.conftest import gsm8k_prompts
+
+
+class CopyEngine(Engine):
+    """A third engine in its own module: it 'trains' by copying the base model once per
+    prompt row into a checkpoint folder, and exports the newest one."""
+
+    name = "copy"
+
+    def preflight(self, setup, *, training):
+        return Preflight(plan={"engine": self.name, "rows": setup.train_rows},
+                         report={"checked": training}, config_yaml="copy: true\n",
+                         command="# no launcher\n", metrics={"copies": 1.0})
+
+    def train(self, plan, setup, train_prompts, val_prompts, run_id):
+        checkpoint = Path(setup.checkpoints_dir) / f"copy-{plan['rows']}"
+        shutil.copytree(setup.base_model, checkpoint)
+        return TrainRun(summary={"engine": self.name, "steps": plan["rows"], "seconds": 0.0,
+                                 "resumed_from_step": 0},
+                        history=[{"step": 1, "reward": 0.5}], checkpoints=checkpoint)
+
+    def export(self, run, scratch_dir):
+        out = Path(scratch_dir) / "exported"
+        shutil.copytree(run.checkpoints, out)
+        write_training_run(out, run.summary)
+        return out
+
+
+@pytest.fixture
+def copy_engine(monkeypatch):
+    module = types.ModuleType("copy_engine_for_tests")
+    module.CopyEngine = CopyEngine
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(ENGINES, "copy", f"{module.__name__}:CopyEngine")
+
+
+def test_a_third_engine_is_one_module_and_one_registry_line(copy_engine, tiny_model_dir,
+                                                            tmp_path) -> None:
+    frame = gsm8k_prompts(6)
+    frame.to_parquet(tmp_path / "train.parquet")
+    catalog = DataCatalog(datasets={
+        "train_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
+        "val_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
+        "train_prompts": MemoryDataset(frame), "val_prompts": MemoryDataset(frame),
+        "base_model": MemoryDataset(str(tiny_model_dir)),
+        "train_checkpoints_dir": MemoryDataset(str(tmp_path / "models" / "checkpoints")),
+    })
+    catalog["params:train"] = TrainParams.model_validate({"engine": "copy"})
+    catalog["params:data"] = DataParams()
+    catalog["params:reward"] = RewardParams()
+    (tmp_path / "models" / "checkpoints").mkdir(parents=True)
+    outputs = SequentialRunner().run(create_pipeline(), catalog)
+
+    report = outputs["preflight_report"].load()
+    assert report["engine"] == "copy" and report["checked"] is True
+    assert report["train_prompts"] == 6
+    assert outputs["preflight_metrics"].load()["copies"] == {"value": 1.0, "step": 0}
+    adapter = Path(outputs["lora_adapter"].load())
+    assert adapter == tmp_path / "models" / "exported"
+    assert (adapter / "config.json").is_file()
+    assert json.loads((adapter / TRAINING_RUN).read_text())["steps"] == 6
+    assert outputs["train_metrics"].load()["steps"]["value"] == 6.0
+    assert "copy engine" in outputs["reward_curve"].load().axes[0].get_title()
+
+
+def test_an_unregistered_engine_is_refused_naming_the_registered_ones() -> None:
+    from rl_pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"train.engine='tlr': .*one of verl, trl, auto"):
+        TrainParams.model_validate({"engine": "tlr"})
+
+
+def test_every_registered_engine_implements_the_interface() -> None:
+    for name in ENGINES:
+        engine = get_engine(name)
+        assert isinstance(engine, Engine) and engine.name == name
+
+
+@pytest.mark.parametrize(("engine", "gpus", "expected"), [
+    ("trl", 8, "trl"), ("verl", 0, "verl"), ("auto", 0, "trl"), ("auto", 1, None)])
+def test_engine_choice(engine, gpus, expected) -> None:
+    import importlib.util
+
+    chosen, why = choose_engine(engine, gpus)
+    if expected is None:  # auto with a GPU: verl only where vLLM is installed
+        expected = "verl" if importlib.util.find_spec("vllm") else "trl"
+    assert chosen == expected and engine in why

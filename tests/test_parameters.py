@@ -1,0 +1,146 @@
+"""One source per default: the parameter models. The configuration files set only what they
+change, parameters that mean one thing follow one owner, and Kedro validates the groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kedro.config import OmegaConfigLoader
+
+from rl_pipeline.config import FOLLOWERS, ConfigError, disagreeing_followers
+from rl_pipeline.hooks import PARAMETER_GROUPS as GROUPS
+from tests.conftest import PROJECT_ROOT
+from tests.projects import kedro_run, make_project
+
+ENVIRONMENTS = sorted(p.name for p in (PROJECT_ROOT / "conf").iterdir()
+                      if p.is_dir() and p.name not in ("base", "local"))
+
+
+def _parameters(env: str) -> dict[str, Any]:
+    return OmegaConfigLoader(str(PROJECT_ROOT / "conf"), base_env="base",
+                             default_run_env=env, merge_strategy={"parameters": "soft"}
+                             )["parameters"]
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _effective(params: dict[str, Any]) -> dict[str, Any]:
+    """Every parameter's value as the models make it (defaults and followers filled in)."""
+    return _leaves({group: GROUPS[group].model_validate(params.get(group) or {}).model_dump()
+                    for group in GROUPS})
+
+
+def test_base_configuration_has_every_group_and_only_known_parameters() -> None:
+    params = _parameters("base")
+    assert set(params) == set(GROUPS)  # each group present: Kedro validates what is there
+    _effective(params)  # ConfigError names an unknown or invalid parameter
+
+
+@pytest.mark.parametrize("env", ["base", *ENVIRONMENTS])
+def test_no_configuration_repeats_a_value_it_would_get_anyway(env) -> None:
+    """A line that restates a default (or base's value, in an environment) is a second copy
+    of one fact, which drifts; the models hold the defaults, conf files the changes."""
+    base = _effective(_parameters("base")) if env != "base" else _leaves(
+        {group: model().model_dump() for group, model in GROUPS.items()})
+    own = OmegaConfigLoader(str(PROJECT_ROOT / "conf"), base_env=env,
+                            default_run_env=env)["parameters"]
+    repeated = {name: value for name, value in _leaves(own).items()
+                if value != {} and base.get(name) == value}
+    assert repeated == {}, f"conf/{env} repeats what it would get anyway: {repeated}"
+
+
+@pytest.mark.parametrize("env", ["base", *ENVIRONMENTS])
+def test_every_configuration_validates_and_followers_agree(env) -> None:
+    params = {group: model.model_validate(_parameters(env).get(group) or {})
+              for group, model in GROUPS.items()}
+    assert disagreeing_followers(params) == []
+
+
+@pytest.mark.parametrize("follower", FOLLOWERS, ids=lambda f: f.name)
+def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None:
+    group, _, rest = follower.name.partition(".")
+    model = GROUPS[group]
+    field = _field(model, rest)
+    assert field.default is None, f"{follower.name} must default to null (follow)"
+    assert follower.owner.rsplit(".", 1)[-1] in field.description, "say what it follows"
+
+    def groups(follower_value: Any, owner_value: Any) -> dict[str, Any]:
+        raw: dict[str, Any] = {}
+        _set(raw, follower.owner, owner_value)
+        if follower_value is not None:
+            _set(raw, follower.name, follower_value)
+        return raw
+
+    owner_value = _other_value(follower.owner)
+    # Unset or equal: the owner's value (inside a group the model fills it in).
+    for value in (None, owner_value):
+        raw = groups(value, owner_value)
+        validated = {g: GROUPS[g].model_validate(raw.get(g) or {}) for g in GROUPS}
+        assert disagreeing_followers(validated) == []
+        if follower.name.split(".")[0] == follower.owner.split(".")[0]:
+            assert _get(validated, follower.name) == owner_value
+    # Another value: refused, naming both.
+    other = _other_value(follower.owner, avoid=owner_value)
+    raw = groups(other, owner_value)
+    try:
+        validated = {g: GROUPS[g].model_validate(raw.get(g) or {}) for g in GROUPS}
+    except ConfigError as exc:
+        message = str(exc)
+    else:
+        message = "\n".join(disagreeing_followers(validated))
+    assert f"{follower.name}={other!r}" in message and follower.owner in message, message
+
+
+def test_kedro_validates_the_groups_and_followers_before_any_node_runs(tmp_path) -> None:
+    project = make_project(tmp_path)
+    typo = kedro_run(project, "--pipeline", "data_prep", "--params",
+                     "train.trl.learning_rat=0.1")
+    assert typo.returncode != 0
+    assert "train.trl.learning_rat: unknown parameter" in typo.stdout + typo.stderr
+    disagree = kedro_run(project, "--pipeline", "data_prep", "--params",
+                         "eval.max_new_tokens=5")
+    assert disagree.returncode != 0
+    output = disagree.stdout + disagree.stderr
+    assert "eval.max_new_tokens=5" in output and "data.data_max_response_length" in output
+    assert not list((project / "data/05_model_input").rglob("*.parquet"))  # nothing ran
+
+
+def _field(model: Any, path: str) -> Any:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+    return model.model_fields[leaf]
+
+
+def _other_value(path: str, avoid: Any = None) -> Any:
+    group, _, rest = path.partition(".")
+    default = _field(GROUPS[group], rest).get_default(call_default_factory=True)
+    if isinstance(default, str):
+        return "sglang" if avoid != "sglang" else "trtllm"
+    if isinstance(default, float):
+        return 0.5 if avoid != 0.5 else 0.4
+    return 64 if avoid != 64 else 32
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        raw = raw.setdefault(part, {})
+    raw[leaf] = value
+
+
+def _get(groups: dict[str, Any], path: str) -> Any:
+    group, *parts = path.split(".")
+    value = groups[group]
+    for part in parts:
+        value = getattr(value, part)
+    return value
