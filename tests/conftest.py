@@ -132,3 +132,29 @@ def digit_reward_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("reward") / "digits.py"
     path.write_text(DIGIT_REWARD)
     return path
+
+
+def train_catalog(model: Path, folder: Path, train: dict[str, Any],
+                  data: dict[str, Any] | None = None, rows: int = 16):
+    """An in-memory catalog for the train pipeline: ``rows`` GSM8K train prompts, 4 val
+    prompts, the model, and the groups as Kedro would hand them (typed, validated)."""
+    from kedro.io import DataCatalog, MemoryDataset
+
+    from rl_pipeline.config import DataParams, RewardParams
+    from rl_pipeline.engines.train_params import TrainParams
+
+    train_frame, val_frame = gsm8k_prompts(rows), gsm8k_prompts(4, "test", GSM8K_TEST)
+    train_frame.to_parquet(folder / "train.parquet")
+    val_frame.to_parquet(folder / "val.parquet")
+    catalog = DataCatalog(datasets={
+        "train_prompts_file": MemoryDataset(str(folder / "train.parquet")),
+        "val_prompts_file": MemoryDataset(str(folder / "val.parquet")),
+        "train_prompts": MemoryDataset(train_frame), "val_prompts": MemoryDataset(val_frame),
+        "base_model": MemoryDataset(str(model)),
+        "train_checkpoints_dir": MemoryDataset(str(folder / "models" / "train_checkpoints")),
+    })
+    # Kedro instantiates the typed groups in a session; a bare runner is handed them.
+    catalog["params:train"] = TrainParams.model_validate(train)
+    catalog["params:data"] = DataParams.model_validate(data or {})
+    catalog["params:reward"] = RewardParams()
+    return catalog

@@ -9,10 +9,8 @@ import types
 from pathlib import Path
 
 import pytest
-from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.engines import ENGINES, TRAINING_RUN
 from rl_pipeline.engines.base import (
     Engine,
@@ -24,7 +22,7 @@ from rl_pipeline.engines.base import (
 )
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
-from tests.conftest import gsm8k_prompts
+from tests.conftest import train_catalog
 
 
 class CopyEngine(Engine):
@@ -62,19 +60,7 @@ def copy_engine(monkeypatch):
 
 def test_a_third_engine_is_one_module_and_one_registry_line(copy_engine, tiny_model_dir,
                                                             tmp_path) -> None:
-    frame = gsm8k_prompts(6)
-    frame.to_parquet(tmp_path / "train.parquet")
-    catalog = DataCatalog(datasets={
-        "train_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
-        "val_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
-        "train_prompts": MemoryDataset(frame), "val_prompts": MemoryDataset(frame),
-        "base_model": MemoryDataset(str(tiny_model_dir)),
-        "train_checkpoints_dir": MemoryDataset(str(tmp_path / "models" / "checkpoints")),
-    })
-    catalog["params:train"] = TrainParams.model_validate({"engine": "copy"})
-    catalog["params:data"] = DataParams()
-    catalog["params:reward"] = RewardParams()
-    (tmp_path / "models" / "checkpoints").mkdir(parents=True)
+    catalog = train_catalog(tiny_model_dir, tmp_path, {"engine": "copy"}, rows=6)
     outputs = SequentialRunner().run(create_pipeline(), catalog)
 
     report = outputs["preflight_report"].load()

@@ -9,11 +9,10 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, MergeParams, RewardParams
+from rl_pipeline.config import MergeParams, RewardParams
 from rl_pipeline.engines import TRAINING_RUN
-from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
-from tests.conftest import GSM8K_TEST, gsm8k_prompts
+from tests.conftest import train_catalog
 
 TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4,
        "per_device_train_batch_size": 8, "max_steps": 2,
@@ -21,21 +20,7 @@ TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4
 
 
 def _catalog(model: Path, tmp_path: Path, data_params: dict, trl: dict) -> DataCatalog:
-    train, val = gsm8k_prompts(16), gsm8k_prompts(4, "test", GSM8K_TEST)
-    train.to_parquet(tmp_path / "train.parquet")
-    val.to_parquet(tmp_path / "val.parquet")
-    catalog = DataCatalog(datasets={
-        "train_prompts_file": MemoryDataset(str(tmp_path / "train.parquet")),
-        "val_prompts_file": MemoryDataset(str(tmp_path / "val.parquet")),
-        "train_prompts": MemoryDataset(train), "val_prompts": MemoryDataset(val),
-        "base_model": MemoryDataset(str(model)),
-        "train_checkpoints_dir": MemoryDataset(str(tmp_path / "models" / "train_checkpoints")),
-    })
-    # Kedro instantiates the typed groups in a session; a bare runner is handed them.
-    catalog["params:train"] = TrainParams.model_validate({"engine": "trl", "trl": trl})
-    catalog["params:data"] = DataParams.model_validate(data_params)
-    catalog["params:reward"] = RewardParams()
-    return catalog
+    return train_catalog(model, tmp_path, {"engine": "trl", "trl": trl}, data_params)
 
 
 def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_params) -> None:
