@@ -175,7 +175,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "AdamW, verl's default; TRL's other names have no direct verl value."),
     # Text generation
     Equivalent("max_prompt_length", "data_max_prompt_length",
-               note="TRL 1.16 dropped GRPOConfig.max_prompt_length: data_prep's filter and "
+               note="TRL 1.12 has no GRPOConfig.max_prompt_length: data_prep's filter and "
                "truncation at data.data_max_prompt_length cap the prompts of both engines. "
                "Set the two alike."),
     Equivalent("max_completion_length", "data_max_response_length"),
@@ -377,7 +377,8 @@ def _verl_own(name: str) -> str:
     if name in VERL_NOT_KEYS:
         return VERL_NOT_KEYS[name]
     m = _verl_mappings()[name]
-    return f"`{m.key}`" + (" (not in verl's schema: added)" if m.add else "")
+    return (f"`{m.key}`" + (" (not in verl's schema: added)" if m.add else "")
+            + (f"; {m.note}" if m.note else ""))
 
 
 def _trl_for_verl(name: str) -> str:

@@ -95,6 +95,9 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
     assert report["engine"] == "verl" and report["training"] is False
     assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2}
     assert report["reward"]["reference_mean"] == 1.0
+    # verl's rollout server built the `vllm serve` command and vLLM's parser took all of it.
+    assert report["vllm_args"]["unrecognized"] == [] and report["vllm_args"]["vllm"] == "0.24.0"
+    assert "--mm_processor_cache_gb" in report["vllm_args"]["argv"]
     config = OmegaConf.load(reporting / "train_config_resolved.yaml")
     assert config.data.train_files == str(sorted(glob.glob(str(
         default_run / "data/05_model_input/train_prompts.parquet/*/*.parquet")))[-1])

@@ -1,4 +1,4 @@
-"""The spec -> TRL 1.16 GRPOConfig table against the installed trl, and the LoRA config."""
+"""The spec -> TRL 1.12 GRPOConfig table against the installed trl, and the LoRA config."""
 
 from __future__ import annotations
 

@@ -75,6 +75,17 @@ def test_gae_configures_a_critic_on_the_same_model(inputs) -> None:
     config = _plan(inputs, {"algorithm_adv_estimator": "gae"}).config
     assert config.critic.model.path == inputs.model_path
     assert config.critic.ppo_micro_batch_size_per_gpu == SMALL["actor_ppo_micro_batch_size_per_gpu"]
+    # The critic is built like the actor, with the attention kernel we configure.
+    assert config.critic.model.override_config.attn_implementation == "sdpa"
+    assert config.trainer.use_v1
+
+
+def test_remax_runs_on_verls_legacy_trainer(inputs) -> None:
+    """verl's v1 trainer calls the remax advantage without the greedy baselines only its legacy
+    trainer generates (tests/gpu_boundary/test_advantages.py runs both paths)."""
+    config = _plan(inputs, {"algorithm_adv_estimator": "remax"}).config
+    assert config.trainer.use_v1 is False
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
 
 
 def test_extra_overrides_are_composed_and_checked_together(inputs) -> None:

@@ -25,6 +25,7 @@ INVALID = [
     ({"actor_strategy": "fsdp"}, {}, None, {}, "actor_fsdp_config_offload_policy"),
     ({"actor_model_lora_rank": 1024}, {}, None, {}, "actor_model_lora_rank"),
     ({"rollout_temperature": 0.0}, {}, None, {}, "rollout_temperature"),
+    ({"rollout_do_sample": False}, {}, None, {}, "rollout_do_sample"),
     ({"trainer_save_freq": 0}, {}, None, {}, "trainer_save_freq"),
     ({"trainer_test_freq": -5}, {}, None, {}, "trainer_test_freq"),
     ({"pypi_packages_override": "transformers==5.10.4, not a package!"}, {}, None, {},
@@ -65,3 +66,19 @@ def test_auto_hardware_resolves_from_the_visible_gpus() -> None:
                          data_train_batch_size=8, actor_ppo_mini_batch_size=8,
                          actor_rft_mini_batch_size=8)
     assert check_verl(one_gpu, DataParams(), resolve_hardware(one_gpu, 1), gpus_visible=1) == []
+
+
+def test_verl_itself_would_let_greedy_rollouts_through() -> None:
+    """Why preflight refuses rollout_do_sample=false: verl's own validation accepts it, and its
+    vLLM rollout then samples at rollout_temperature regardless (agent_loop.py builds the
+    sampling parameters from temperature, top_p and top_k only)."""
+    from rl_pipeline.engines.verl_checks import validate_with_verl
+    from rl_pipeline.engines.verl_config import compose_verl_config, hydra_overrides, spec_values
+
+    params = VerlParams(rollout_do_sample=False)
+    config = compose_verl_config(hydra_overrides(spec_values(params, DataParams())))
+    assert config.actor_rollout_ref.rollout.do_sample is False
+    assert validate_with_verl(config) == []
+    problems = check_verl(params, DataParams(), SPEC_DEFAULT_HARDWARE)
+    assert [p.parameter for p in problems] == ["rollout_do_sample"]
+    assert "always samples at rollout_temperature" in str(problems[0])

@@ -67,3 +67,23 @@ def test_expanding_grouped_query_attention_keeps_the_outputs(tiny_model_dir) -> 
     assert model.model.layers[0].self_attn.k_proj.out_features == model.config.hidden_size
     assert torch.allclose(before, after, atol=1e-6)
     assert not expand_grouped_query_attention(model)  # already multi-head: nothing to do
+
+
+def test_each_model_generates_in_a_process_of_its_own(tiny_model_dir) -> None:
+    """vLLM keeps GPU memory after its engine is deleted: each model's generation runs in a
+    child that returns everything when it exits (forced here, where the default, a CPU, would
+    not need it)."""
+    import os
+
+    from rl_pipeline.evaluation.generate import generate
+
+    settings = SamplingSettings(max_new_tokens=12, greedy=True)
+    here = generate(str(tiny_model_dir), _conversations(3), settings, backend="hf")
+    first = generate(str(tiny_model_dir), _conversations(3), settings, backend="hf",
+                     own_process=True)
+    second = generate(str(tiny_model_dir), _conversations(3), settings, backend="hf",
+                      own_process=True)
+    assert here.pid == os.getpid()  # no GPU: no child needed
+    assert os.getpid() not in (first.pid, second.pid) and first.pid != second.pid
+    assert [g.text for g in first.generations] == [g.text for g in here.generations]
+    assert first.device == "cpu" and first.peak_memory_mib > 0

@@ -1,4 +1,4 @@
-"""The spec-name -> TRL 1.16 ``GRPOConfig`` field table, and the configs built from it.
+"""The spec-name -> TRL 1.12 ``GRPOConfig`` field table, and the configs built from it.
 
 One table holds the mapping (:data:`MAPPING`); the parameters it does not cover are listed,
 with where they go, in :data:`NOT_GRPO_KEYS`. ``GRPOConfig`` is a dataclass, so a field that
@@ -83,7 +83,7 @@ NOT_GRPO_KEYS: dict[str, str] = {
     "lora_dropout": "peft LoraConfig.lora_dropout",
     "deepspeed_config": "GRPOConfig.deepspeed, on GPU only",
     "max_prompt_length": "follows data.data_max_prompt_length, which data_prep fits every "
-                         "prompt to (TRL 1.16 has no prompt cap)",
+                         "prompt to (TRL 1.12 has no prompt cap)",
     "algorithm_adv_estimator": "our advantage computation in the trainer",
 }
 

@@ -316,7 +316,7 @@ def trainer_class(estimator: str) -> type:
         """GRPOTrainer with REINFORCE++ advantages: each reward minus the mean of the whole
         (global) batch, divided by the batch's standard deviation; no per-prompt baseline.
 
-        TRL 1.16 computes GRPO's group advantages inline in ``_generate_and_score_completions``
+        TRL 1.12 computes GRPO's group advantages inline in ``_generate_and_score_completions``
         with no hook, so this keeps the gathered rewards from ``_calculate_rewards`` and
         replaces the advantages after it returns (before TRL shuffles and splits the batch).
         Both are private methods: trl is pinned, and a test checks the advantages.

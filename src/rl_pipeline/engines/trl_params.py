@@ -27,7 +27,7 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", "sgd"
               "rmsprop", "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
                  "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
-# TRL 1.16's GRPOConfig.loss_type values (grpo_trainer._compute_loss).
+# TRL 1.12's GRPOConfig.loss_type values (grpo_trainer._compute_loss).
 # REINFORCE++ through a small GRPOTrainer subclass (trl_engine.trainer_class).
 TRL_ESTIMATORS = ("grpo", "reinforce_plus_plus")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -45,7 +45,7 @@ class TrlParams(ParamGroup):
     # Text generation
     max_prompt_length: int | None = Field(
         None, gt=0,
-        description="Maximum prompt tokens (spec default 512). TRL 1.16 has no prompt cap: "
+        description="Maximum prompt tokens (spec default 512). TRL 1.12 has no prompt cap: "
         "data_prep fits every prompt to data.data_max_prompt_length, so this follows that "
         "(null); another value is refused.")
     max_completion_length: int | None = Field(

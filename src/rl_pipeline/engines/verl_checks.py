@@ -8,6 +8,7 @@ workers are up; here they take seconds and report every problem at once.
 from __future__ import annotations
 
 import copy
+import logging
 import warnings
 from typing import Any
 
@@ -18,6 +19,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rl_pipeline.engines.verl_preflight import Problem
 from rl_pipeline.models.tokenizer import chat_prompt_ids
 from rl_pipeline.rewards import sanity_check
+
+logger = logging.getLogger(__name__)
 
 # Rows of each prompt file put through RLHFDataset; enough to catch schema and length
 # problems without verl's single-process length filter over the whole file.
@@ -127,6 +130,53 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
         return [Problem("name", _reward_name(config), f"a reward function that scores "
                         f"{rows[0]['data_source']!r} rows: it raised {exc!r}",
                         group=where)], {}
+
+
+def check_vllm_args(config: DictConfig, user_overrides: list[str],
+                    report: dict[str, Any]) -> list[Problem]:
+    """Build the ``vllm serve`` arguments with verl's own server code and parse them with
+    vLLM's parser (:mod:`rl_pipeline.engines.vllm_args`); every flag it rejects is a problem
+    naming the parameter that produced it.
+
+    Where vLLM is neither installed nor in the parser folder the check is skipped, and the
+    report says so.
+    """
+    from rl_pipeline.engines.verl_config import ENGINE_KWARGS, MAPPING, override_key
+    from rl_pipeline.engines.vllm_args import build_server_args, vllm_source
+
+    if config.actor_rollout_ref.rollout.name != "vllm":
+        return []
+    if vllm_source() is None:
+        report["vllm_args"] = "not checked: vLLM is not importable here (make vllm-parser)"
+        logger.warning("preflight: %s", report["vllm_args"])
+        return []
+    try:
+        built = build_server_args(config)
+    except (RuntimeError, OSError, ValueError) as exc:
+        return [Problem("ENGINE", "vllm", f"a rollout config verl can turn into vLLM server "
+                        f"arguments: {exc}")]
+    report["vllm_args"] = {"vllm": built.vllm, "argv": built.argv,
+                           "unrecognized": built.unrecognized}
+    owners = {m.key.rsplit(".", 1)[1]: m.spec for m in MAPPING if m.key.startswith(ENGINE_KWARGS)}
+    users = {override_key(o).rsplit(".", 1)[1]: o for o in user_overrides
+             if override_key(o).startswith(ENGINE_KWARGS)}
+    problems = []
+    for flag in built.unrecognized:
+        name = flag.lstrip("-").replace("-", "_")
+        # verl writes a false boolean as --no-<kwarg>
+        kwarg = next((k for k in (name, name.removeprefix("no_")) if k in owners or k in users),
+                     name)
+        allowed = f"an engine argument vLLM {built.vllm} accepts: `vllm serve` rejects {flag}"
+        if kwarg in owners:
+            spec = owners[kwarg]
+            problems.append(Problem(spec, OmegaConf.select(config, f"{ENGINE_KWARGS}.{kwarg}"),
+                                    allowed))
+        elif kwarg in users:
+            problems.append(Problem("overrides", users[kwarg], allowed))
+        else:
+            problems.append(Problem("ENGINE", "vllm", f"{allowed}, which verl builds itself: "
+                                    "install the vLLM version verl pins"))
+    return problems
 
 
 def check_chat_template(tokenizer: Any, model_path: str) -> list[Problem]:

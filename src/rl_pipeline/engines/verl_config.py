@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,16 +22,24 @@ from rl_pipeline.engines.verl_params import VerlParams
 
 @dataclass(frozen=True)
 class Mapping:
-    """One spec parameter and the verl key it sets (``add``: not in verl's schema)."""
+    """One spec parameter and the verl key it sets (``add``: not in verl's schema;
+    ``convert``: the spec value to verl's, where they differ)."""
 
     spec: str
     key: str
     add: bool = False
+    convert: Callable[[Any], Any] | None = None
+    note: str = ""  # what convert does, for docs/parameters.md
+
+    def verl_value(self, value: Any) -> Any:
+        return self.convert(value) if self.convert else value
 
 
 _ACTOR = "actor_rollout_ref.actor"
 _ROLLOUT = "actor_rollout_ref.rollout"
 _MODEL = "actor_rollout_ref.model"
+# verl hands these to `vllm serve` as flags (vllm_async_server.launch_server).
+ENGINE_KWARGS = f"{_ROLLOUT}.engine_kwargs.vllm"
 
 MAPPING: tuple[Mapping, ...] = (
     Mapping("ENGINE", f"{_ROLLOUT}.name"),
@@ -46,6 +54,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm_use_kl_in_reward", "algorithm.use_kl_in_reward"),
     Mapping("actor_optim_lr", f"{_ACTOR}.optim.lr"),
     Mapping("actor_model_use_remove_padding", f"{_MODEL}.use_remove_padding"),
+    # verl builds its models with the override_config's attn_implementation, else
+    # flash_attention_2 (verl/workers/config/model.py), which no wheel of ours installs.
+    Mapping("actor_model_attn_implementation", f"{_MODEL}.override_config.attn_implementation",
+            add=True),
     Mapping("actor_strategy", f"{_ACTOR}.strategy"),
     Mapping("actor_fsdp_config_offload_policy", f"{_ACTOR}.fsdp_config.offload_policy"),
     Mapping("actor_ppo_mini_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
@@ -67,9 +79,13 @@ MAPPING: tuple[Mapping, ...] = (
             f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
     Mapping("rollout_tensor_model_parallel_size", f"{_ROLLOUT}.tensor_model_parallel_size"),
     Mapping("rollout_dtype", f"{_ROLLOUT}.dtype"),
-    # Not in verl's schema: handed to vLLM's engine as is.
+    # Not in verl's schema: an engine kwarg, which verl hands to `vllm serve` as a flag.
+    # vLLM 0.24 has no --disable-mm-preprocessor-cache (its parser exits 2); a cache of 0 GiB
+    # is how it disables the cache. False leaves vLLM's default (null: verl drops the kwarg).
     Mapping("rollout_disable_mm_preprocessor_cache",
-            f"{_ROLLOUT}.engine_kwargs.vllm.disable_mm_preprocessor_cache", add=True),
+            f"{ENGINE_KWARGS}.mm_processor_cache_gb", add=True,
+            convert=lambda disable: 0 if disable else None,
+            note="true sets it to 0 (no cache), false leaves vLLM's default"),
     Mapping("rollout_gpu_memory_utilization", f"{_ROLLOUT}.gpu_memory_utilization"),
     Mapping("rollout_enable_chunked_prefill", f"{_ROLLOUT}.enable_chunked_prefill"),
     Mapping("rollout_enforce_eager", f"{_ROLLOUT}.enforce_eager"),
@@ -94,6 +110,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("trainer_total_epochs", "trainer.total_epochs"),
     Mapping("total_training_steps", "trainer.total_training_steps"),
 )
+# Estimators that verl 0.9.1's v1 trainer cannot run: it calls compute_remax_outcome_advantage
+# without the greedy-rollout reward_baselines that only the legacy trainer (main_ppo_v0,
+# ray_trainer.fit) generates. Those run on the legacy trainer (trainer.use_v1=false).
+LEGACY_TRAINER_ESTIMATORS = ("remax",)
 # pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
 NOT_VERL_KEYS = ("pypi_packages_override",)
 # The reward entry point verl loads: it runs the `reward` group's function (one source of
@@ -117,7 +137,7 @@ class LaunchInputs:
 
 
 def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: RewardParams,
-                     critic: bool, pip: list[str]) -> list[str]:
+                     critic: bool, pip: list[str], legacy_trainer: bool = False) -> list[str]:
     """The overrides that wire verl to the catalog, the reward, MLflow and Ray.
 
     Args:
@@ -127,6 +147,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         critic: Whether the estimator trains a critic (gae): it gets the actor's model and
             batch settings.
         pip: Requirement specifiers for the Ray workers (``pypi_packages_override``).
+        legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
     """
     fn = reward.custom_reward_function
     out = [
@@ -143,9 +164,13 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         "trainer.logger=[console,mlflow]",
         "trainer.project_name=rl_pipeline",
     ]
+    if legacy_trainer:
+        out.append("trainer.use_v1=false")
     if critic:
         out += [f"critic.model.path={_hydra_value(inputs.model_path)}",
                 f"critic.strategy={values['actor_strategy']}",
+                f"+critic.model.override_config.attn_implementation="
+                f"{values['actor_model_attn_implementation']}",
                 f"critic.ppo_micro_batch_size_per_gpu="
                 f"{values['actor_ppo_micro_batch_size_per_gpu']}"]
     if inputs.tracking_uri:
@@ -193,7 +218,7 @@ def hydra_overrides(values: dict[str, Any], extra: Iterable[str] = ()) -> list[s
         if m.key in seen:  # two specs' names for one key; preflight checks they agree
             continue
         seen.add(m.key)
-        out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(values[m.spec])}")
+        out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(m.verl_value(values[m.spec]))}")
     return [*out, *extra]
 
 

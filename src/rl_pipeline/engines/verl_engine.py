@@ -30,10 +30,12 @@ from rl_pipeline.engines.verl_checks import (
     check_chat_template,
     check_prompts,
     check_reward,
+    check_vllm_args,
     resolved_yaml,
     validate_with_verl,
 )
 from rl_pipeline.engines.verl_config import (
+    LEGACY_TRAINER_ESTIMATORS,
     LaunchInputs,
     command_line,
     compose_verl_config,
@@ -49,6 +51,7 @@ from rl_pipeline.engines.verl_preflight import (
     Hardware,
     PreflightError,
     Problem,
+    check_attention,
     check_gpus,
     check_rollout_engine,
     check_verl,
@@ -105,13 +108,16 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     problems = check_verl(verl, data, hardware, train_prompts=train_rows,
                           gpus_visible=gpus_visible if training else None,
                           ray_address=inputs.ray_address)
+    problems += check_attention(verl)
     if training:
         problems += check_rollout_engine(verl)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
               "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
     launch = launch_overrides(values, inputs, reward,
                               critic=verl.algorithm_adv_estimator == "gae",
-                              pip=requirements(verl.pypi_packages_override))
+                              pip=requirements(verl.pypi_packages_override),
+                              legacy_trainer=verl.algorithm_adv_estimator
+                              in LEGACY_TRAINER_ESTIMATORS)
     problems += _check_user_overrides(verl.overrides, launch)
     overrides = hydra_overrides(values, [*launch, *verl.overrides])
     try:
@@ -123,6 +129,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
                               "training": training}
     problems += _check_inputs(config, inputs, report)
+    if not any(p.parameter == "base_model" for p in problems):  # verl reads the model's config
+        problems += check_vllm_args(config, verl.overrides, report)
     if problems:
         raise PreflightError(problems)
     report["seconds"] = round(time.perf_counter() - started, 2)
@@ -139,6 +147,7 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
     address``), applying its own runtime_env merged with ours (MLflow, pip). With
     ``MLFLOW_RUN_ID`` verl's per-step metrics land in the train stage's MLflow run.
     ``trainer.resume_mode`` is ``auto``: a rerun continues from the newest checkpoint.
+    A Ray that verl started is shut down when it ends, whether it succeeded or failed.
 
     Args:
         overrides: The checked overrides (:attr:`VerlPlan.overrides`).
@@ -147,6 +156,7 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
     Returns:
         The run; its history is verl's mean score per step, read back from MLflow.
     """
+    import ray
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
@@ -155,12 +165,19 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
     if resumed_from:
         logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
     started = time.perf_counter()
-    if config.trainer.use_v1:
-        run_ppo(config, task_runner_class=TaskRunnerV1)
-    else:
-        from verl.trainer.main_ppo_v0 import TaskRunner
+    own_ray = not ray.is_initialized()  # run_ppo starts a local Ray unless one is running
+    try:
+        if config.trainer.use_v1:
+            run_ppo(config, task_runner_class=TaskRunnerV1)
+        else:  # LEGACY_TRAINER_ESTIMATORS (remax)
+            from verl.trainer.main_ppo_v0 import TaskRunner
 
-        run_ppo(config, task_runner_class=TaskRunner)
+            run_ppo(config, task_runner_class=TaskRunner)
+    finally:
+        # The workers (FSDP actor, vLLM engines) hold GPU memory until Ray stops them; merge
+        # and eval run next in this process and need it back.
+        if own_ray and ray.is_initialized():
+            ray.shutdown()
     summary = {"engine": "verl", "steps": latest_step(checkpoints),
                "resumed_from_step": resumed_from,
                "seconds": round(time.perf_counter() - started, 1),

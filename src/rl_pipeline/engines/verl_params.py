@@ -99,6 +99,11 @@ class VerlParams(ParamGroup):
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
     # Ours, not the specs'.
+    actor_model_attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] = Field(
+        "sdpa", description="Attention kernel of the actor, reference and critic (verl's "
+        "model override_config). sdpa is PyTorch's own and needs nothing installed; verl's "
+        "default flash_attention_2 needs the flash-attn package (built from source) and is "
+        "refused by preflight where it is not importable.")
     overrides: list[str] = Field(
         default_factory=list, description="Further verl Hydra overrides ('key=value', "
         "'+new.key=value'), composed and validated like the rest; keys that a spec parameter "

@@ -129,7 +129,14 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
             verl.actor_model_lora_rank > VLLM_LORA_RANKS[-1]):
         fail("actor_model_lora_rank", f"0 (no LoRA) or at most {VLLM_LORA_RANKS[-1]}, the "
              f"largest LoRA rank vLLM accepts ({', '.join(map(str, VLLM_LORA_RANKS))})")
-    if verl.rollout_do_sample and verl.rollout_temperature <= 0:
+    if not verl.rollout_do_sample:
+        # verl 0.9.1's vLLM rollout builds its sampling parameters from rollout_temperature,
+        # top_p and top_k alone (experimental/agent_loop/agent_loop.py); do_sample is read
+        # only by its unregistered HF rollout, so false would silently still sample.
+        fail("rollout_do_sample", "true: verl's vLLM rollout always samples at "
+             "rollout_temperature, so greedy rollouts cannot be had (GRPO-style estimators "
+             "need varied samples anyway)")
+    elif verl.rollout_temperature <= 0:
         fail("rollout_temperature", "greater than 0 when rollout_do_sample is true")
     for freq in ("trainer_save_freq", "trainer_test_freq"):
         if getattr(verl, freq) == 0 or getattr(verl, freq) < -1:
@@ -175,6 +182,19 @@ def check_rollout_engine(verl: VerlParams) -> list[Problem]:
     if importlib.util.find_spec(verl.ENGINE) is None:
         return [Problem("ENGINE", verl.ENGINE, f"an installed rollout engine: {verl.ENGINE} is "
                         "not importable here (pip install -e '.[gpu]' installs vLLM)")]
+    return []
+
+
+def check_attention(verl: VerlParams) -> list[Problem]:
+    """The attention kernel verl builds the models with must be importable here."""
+    import importlib.util
+
+    if verl.actor_model_attn_implementation == "flash_attention_2" and \
+            importlib.util.find_spec("flash_attn") is None:
+        return [Problem("actor_model_attn_implementation", "flash_attention_2",
+                        "an installed attention kernel: flash-attn is not importable here "
+                        "(it has no wheel for this torch and builds from source); use sdpa, "
+                        "which is PyTorch's own")]
     return []
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import multiprocessing
+import os
+import resource
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,17 +63,59 @@ def pick_backend(requested: str) -> str:
     return "vllm" if _vllm_usable() else "hf"
 
 
+@dataclass(frozen=True)
+class GenerationRun:
+    """The responses, and the process that generated them with its peak memory."""
+
+    generations: list[Generation]
+    pid: int
+    peak_memory_mib: float  # GPU memory on a GPU, else the process's peak resident memory
+    device: str
+
+
 def generate(model_path: str, conversations: Sequence[Conversation], settings: SamplingSettings,
              backend: str = "auto", batch_size: int = 32, dtype: str = "auto",
-             vllm_gpu_memory_utilization: float = 0.6, label: str = "") -> list[Generation]:
-    """Generate ``settings.samples`` responses per conversation with the chosen back end."""
+             vllm_gpu_memory_utilization: float = 0.6, label: str = "",
+             own_process: bool | None = None) -> GenerationRun:
+    """Generate ``settings.samples`` responses per conversation with the chosen back end.
+
+    Args:
+        own_process: Generate in a child process of its own, which returns all its memory
+            when it exits. None: whenever a GPU is used. vLLM does not reliably free GPU memory
+            when an engine is deleted, and eval runs the base and the trained model one after
+            the other, after training, in one Kedro process.
+    """
     backend = pick_backend(backend)
     logger.info("Generating %d x %d responses for %s with %s", len(conversations),
                 settings.samples, label or model_path, backend)
+    args = (model_path, [list(c) for c in conversations], settings, backend, batch_size, dtype,
+            vllm_gpu_memory_utilization, label)
+    if own_process is None:
+        own_process = backend == "vllm" or torch.cuda.is_available()
+    if not own_process:
+        return _generate_here(*args)
+    # spawn, not fork: a forked child would inherit CUDA and vLLM state from this process.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(_generate_here, *args).result()
+
+
+def _generate_here(model_path: str, conversations: list[Conversation],
+                   settings: SamplingSettings, backend: str, batch_size: int, dtype: str,
+                   vllm_gpu_memory_utilization: float, label: str) -> GenerationRun:
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     if backend == "vllm":
-        return generate_vllm(model_path, conversations, settings, dtype,
-                             vllm_gpu_memory_utilization)
-    return HFGenerator(model_path, dtype).generate(conversations, settings, batch_size, label)
+        out = generate_vllm(model_path, conversations, settings, dtype,
+                            vllm_gpu_memory_utilization)
+    else:
+        out = HFGenerator(model_path, dtype).generate(conversations, settings, batch_size, label)
+    if gpu:  # vLLM allocates through torch too; its KV cache is sized from the utilisation
+        peak = torch.cuda.max_memory_reserved() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return GenerationRun(out, os.getpid(), round(peak, 1), "cuda" if gpu else "cpu")
 
 
 class HFGenerator:

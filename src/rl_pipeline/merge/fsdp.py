@@ -2,10 +2,13 @@
 
 verl's merger runs on CPU. For full fine-tuning it writes the trained weights; for a LoRA
 run, the base weights plus a ``lora_adapter/`` folder, which the LoRA merge then folds in.
+A LoRA run saved with verl's ``checkpoint.save_lora_only`` holds only the adapter's factors;
+it converts to the ``lora_adapter/`` folder alone (the base weights are the base model's).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +42,58 @@ def convert_fsdp_checkpoint(actor_dir: str | Path, out_dir: str | Path) -> Path:
     if not (actor_dir / "fsdp_config.json").is_file():
         raise FileNotFoundError(f"{actor_dir} is not a verl FSDP actor checkpoint (no "
                                 "fsdp_config.json)")
-    _verl_merger("merge", "--local_dir", str(actor_dir), "--target_dir", str(out_dir))
+    if is_lora_only_checkpoint(actor_dir):
+        _verl_lora_adapter(actor_dir, out_dir)
+    else:
+        _verl_merger("merge", "--local_dir", str(actor_dir), "--target_dir", str(out_dir))
     return Path(out_dir)
+
+
+def is_lora_only_checkpoint(actor_dir: str | Path) -> bool:
+    """Whether the checkpoint holds only LoRA factors (verl's ``checkpoint.save_lora_only``):
+    verl's own test on the rank-0 shard (``BaseCheckpointManager.is_lora_only_state_dict``,
+    verl/utils/checkpoint/checkpoint_manager.py). The shard is memory-mapped, not read."""
+    import torch
+
+    config = json.loads((Path(actor_dir) / "fsdp_config.json").read_text())
+    shard = Path(actor_dir) / f"model_world_size_{config.get('world_size')}_rank_0.pt"
+    try:
+        keys = list(torch.load(shard, map_location="cpu", mmap=True, weights_only=False))
+    except Exception:  # unreadable here: verl's merger says what is wrong with it
+        return False
+    return bool(keys) and all("lora_" in k or ".adapter_" in k for k in keys)
+
+
+# verl's FSDP merger up to its adapter step (FSDPModelMerger.merge_and_save, then
+# BaseModelMerger.save_lora_adapter). Its full merge cannot take a LoRA-only checkpoint: it
+# writes the adapter, then fails on the base model it has no weights for
+# (base_model_merger.py save_hf_model_and_tokenizer -> validate_hf_model_output).
+_LORA_ADAPTER_ONLY = """
+import os, sys
+from verl.model_merger.base_model_merger import ModelMergerConfig
+from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+local_dir, target_dir = sys.argv[1:3]
+os.makedirs(target_dir, exist_ok=True)
+merger = FSDPModelMerger(ModelMergerConfig(
+    operation="merge", backend="fsdp", local_dir=local_dir, target_dir=target_dir,
+    hf_model_config_path=os.path.join(local_dir, "huggingface")))
+world_size = merger._get_world_size()
+mesh, names = merger._extract_device_mesh_info(merger._load_rank_zero_state_dict(world_size),
+                                               world_size)
+total_shards, mesh_shape = merger._calculate_shard_configuration(mesh, names)
+state_dict = merger._load_and_merge_state_dicts(world_size, total_shards, mesh_shape, names)
+if merger.save_lora_adapter(state_dict) is None:
+    sys.exit(f"{local_dir}: no lora_ weights in the checkpoint")
+"""
+
+
+def _verl_lora_adapter(actor_dir: Path, out_dir: str | Path) -> None:
+    command = [sys.executable, "-c", _LORA_ADAPTER_ONLY, str(actor_dir), str(out_dir)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"verl's model merger failed on the LoRA-only checkpoint "
+                           f"{actor_dir}:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
 
 
 def verify_conversion(actor_dir: str | Path, converted_dir: str | Path) -> dict[str, Any]:

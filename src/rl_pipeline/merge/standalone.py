@@ -85,7 +85,7 @@ def make_standalone_model(lora_adapter: str | None, train_checkpoints: str | Non
         elif kind == "full_model":
             metadata = _copy_full_model(source, work, params)
         else:
-            metadata = _merge_checkpoint(source, work, params)
+            metadata = _merge_checkpoint(source, Path(base_model), work, params)
         metadata = {"base_model": _read_json(Path(base_model) / METADATA_FILE).get(
                         "source", base_model),
                     "base_model_path": base_model,
@@ -160,13 +160,16 @@ def _merge_lora(base: Path, adapter_dir: Path, out: Path, params: MergeParams) -
             **summary, "verification": verification}
 
 
-def _merge_checkpoint(actor: Path, out: Path, params: MergeParams) -> dict[str, Any]:
+def _merge_checkpoint(actor: Path, base: Path, out: Path, params: MergeParams) -> dict[str, Any]:
     with temporary_work_dir("convert", params.scratch_dir) as scratch:
         converted = convert_fsdp_checkpoint(actor, Path(scratch) / "converted")
         adapter_dir = converted / "lora_adapter"
         if (adapter_dir / ADAPTER_CONFIG).is_file():
             adapter_dir = adapter_dir.rename(Path(scratch) / "lora_adapter")
-            return {"checkpoint": str(actor), **_merge_lora(converted, adapter_dir, out, params)}
+            # A LoRA-only checkpoint (verl's checkpoint.save_lora_only) converts to the
+            # adapter alone: its base weights are the (frozen) base model's.
+            into = converted if _holds_model(converted) else base
+            return {"checkpoint": str(actor), **_merge_lora(into, adapter_dir, out, params)}
         verification = verify_conversion(actor, converted)
         if not verification["passed"]:
             raise MergeVerificationError(f"the converted checkpoint {actor} does not match "

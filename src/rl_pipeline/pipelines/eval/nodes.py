@@ -76,11 +76,13 @@ def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalPa
                         strict=reward.strict)
     memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
                     train.verl.rollout_gpu_memory_utilization)
-    generations = generate(
+    run = generate(
         model_path, [list(p) for p in prompts["prompt"]], _settings_for(params, data),
         backend=params.backend, batch_size=params.batch_size, dtype=params.dtype,
         vllm_gpu_memory_utilization=memory, label=label)
-    return score_generations(prompts, generations, label, scorer)
+    logger.info("%s: generated in process %d, peak %s memory %.0f MiB", label, run.pid,
+                run.device, run.peak_memory_mib)
+    return score_generations(prompts, run.generations, label, scorer)
 
 
 def _settings_for(params: EvalParams, shared: DataParams) -> SamplingSettings:
