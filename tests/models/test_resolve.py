@@ -190,3 +190,14 @@ def test_model_without_chat_template_is_refused_unless_one_is_configured(
                                          tokenize=False).endswith("<|im_start|>assistant")
     assert resolved.metadata["chat_template_configured"] is True
     assert (bare / "tokenizer_config.json").read_text() == before  # the input is untouched
+
+
+def test_copies_instead_of_links_for_shared_storage(tiny_model_dir, tmp_path) -> None:
+    """A Ray cluster's other nodes cannot follow links into the driver's own folders."""
+    linked = resolve_model(tiny_model_dir, tmp_path / "out")
+    copied = resolve_model(tiny_model_dir, tmp_path / "out", link_files=False)
+    assert copied.path == linked.path  # the same folder, re-resolved
+    files = [p for p in copied.path.iterdir() if p.is_file()]
+    assert files and not any(p.is_symlink() for p in files)
+    assert copied.metadata["linked"] is False
+    _assert_loadable(copied.path, tiny_model_dir)

@@ -21,19 +21,23 @@ class ModelSourceDataset(AbstractDataset[None, str]):
             hub id such as ``Qwen/Qwen2.5-0.5B-Instruct`` into a local path.
         resolved_dir: Where resolved folders are kept.
         chat_template: A Jinja chat template (or a .jinja file) for models without one.
+        link_files: Link a model folder's files (false: copy them, for a ``resolved_dir`` on
+            storage that other machines share, as a Ray cluster's nodes do).
     """
 
     def __init__(self, *, source: str, resolved_dir: str = "data/06_models/resolved",
-                 chat_template: str | None = None,
+                 chat_template: str | None = None, link_files: bool = True,
                  metadata: dict[str, Any] | None = None) -> None:
         self._source = source
+        self._link_files = link_files
         self._resolved_dir = resolved_dir
         self._chat_template = chat_template
         self.metadata = metadata
 
     def load(self) -> str:
         try:
-            resolved = resolve_model(self._source, self._resolved_dir, self._chat_template)
+            resolved = resolve_model(self._source, self._resolved_dir, self._chat_template,
+                                     link_files=self._link_files)
         except (ModelResolutionError, ValueError) as exc:
             raise DatasetError(str(exc)) from exc
         return str(resolved.path)

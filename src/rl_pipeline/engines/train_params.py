@@ -23,7 +23,12 @@ class TrainParams(ParamGroup):
         "else trl.")
     ray_address: str | None = Field(
         None, description="verl: an existing Ray cluster ('auto', 'ray://host:10001'); null "
-        "uses RAY_ADDRESS when set, else starts a local Ray. Set it in conf/local.")
+        "uses RAY_ADDRESS when set, else starts a local Ray. Set it in conf/local or in the "
+        "environment's parameters (conf/multinode: auto).")
+    shared_root: str | None = Field(
+        None, description="verl on a Ray cluster: a folder every node mounts at the same path "
+        "(NFS, Lustre, ...). Required there: the prompts, the base model, the checkpoints and "
+        "a custom reward file must lie under it (preflight checks, following symlinks).")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
     trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
 

@@ -134,6 +134,7 @@ class LaunchInputs:
     checkpoints_dir: str
     tracking_uri: str | None = None
     ray_address: str | None = None
+    shared_root: str | None = None
 
 
 def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: RewardParams,
@@ -179,7 +180,12 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     if pip:
         out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
     if inputs.ray_address:
+        from rl_pipeline.engines.verl_cluster import package_runtime_env
+
         out.append(f"+ray_kwargs.ray_init.address={_hydra_value(inputs.ray_address)}")
+        # Other nodes do not have this package installed; verl imports the reward from it.
+        modules = package_runtime_env()["py_modules"]
+        out.append(f"+{_RUNTIME_ENV}.py_modules=[{','.join(_hydra_value(m) for m in modules)}]")
     return out
 
 

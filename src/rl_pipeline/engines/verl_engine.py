@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rl_pipeline.config import DataParams, RewardParams
@@ -33,6 +33,13 @@ from rl_pipeline.engines.verl_checks import (
     check_vllm_args,
     resolved_yaml,
     validate_with_verl,
+)
+from rl_pipeline.engines.verl_cluster import (
+    WorkerPaths,
+    check_nodes,
+    check_storage,
+    check_tracking,
+    on_cluster,
 )
 from rl_pipeline.engines.verl_config import (
     LEGACY_TRAINER_ESTIMATORS,
@@ -101,16 +108,30 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         PreflightError: Listing every problem found.
     """
     started = time.perf_counter()
+    # The driver needs GPUs only when it is the machine that trains (no Ray cluster).
+    local = training and not inputs.ray_address
     # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
-    hardware = resolve_hardware(verl, gpus_visible if training else max(gpus_visible, 1))
-    if training:
+    hardware = resolve_hardware(verl, gpus_visible if local else max(gpus_visible, 1))
+    if local:
         check_gpus(hardware, gpus_visible, verl.trainer_n_gpus_per_node)
     problems = check_verl(verl, data, hardware, train_prompts=train_rows,
-                          gpus_visible=gpus_visible if training else None,
+                          gpus_visible=gpus_visible if local else None,
                           ray_address=inputs.ray_address)
     problems += check_attention(verl)
-    if training:
+    paths = WorkerPaths(inputs.train_files, inputs.val_files, inputs.model_path,
+                        inputs.checkpoints_dir, reward.custom_reward_function.path)
+    report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
+                              "training": training}
+    if on_cluster(hardware, inputs.ray_address):
+        if inputs.ray_address and verl.trainer_n_gpus_per_node == "auto":
+            problems.append(Problem("trainer_n_gpus_per_node", "auto", "a number on a Ray "
+                                    "cluster (auto counts the driver's GPUs)"))
+        problems += check_storage(paths, inputs.shared_root)
+        problems += check_tracking(inputs.tracking_uri)
+    if local:
         problems += check_rollout_engine(verl)
+    elif training:
+        problems += check_nodes(inputs.ray_address, hardware, paths, report)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
               "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
     launch = launch_overrides(values, inputs, reward,
@@ -126,8 +147,6 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         problems += _composition_problems(values, launch, verl.overrides, exc)
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
-    report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
-                              "training": training}
     problems += _check_inputs(config, inputs, report)
     if not any(p.parameter == "base_model" for p in problems):  # verl reads the model's config
         problems += check_vllm_args(config, verl.overrides, report)
@@ -184,8 +203,17 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
                "checkpoints": str(checkpoints), "mlflow_run_id": run_id,
                "command": command_line(overrides),
                "lora": config.actor_rollout_ref.model.lora_rank > 0}
-    return TrainRun(summary=summary, history=_reward_history(run_id) if run_id else [],
-                    checkpoints=checkpoints)
+    history = _reward_history(run_id) if run_id else []
+    if run_id and summary["steps"] > resumed_from and not history:
+        # verl's MLflow logger swallows its start-up errors (an unreachable tracking URI).
+        uri = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars."
+                               "MLFLOW_TRACKING_URI")
+        raise RuntimeError(f"verl trained steps {resumed_from + 1}-{summary['steps']} but none "
+                           f"of its per-step metrics reached MLflow run {run_id} at {uri}"
+                           ": the workers could not reach the tracking store (on a Ray cluster "
+                           "use a tracking server, conf/local/README.md). The checkpoints are "
+                           f"in {checkpoints}.")
+    return TrainRun(summary=summary, history=history, checkpoints=checkpoints)
 
 
 def _reward_history(run_id: str) -> list[dict[str, float]]:
@@ -235,7 +263,8 @@ class VerlEngine(Engine):
             model_path=str(Path(setup.base_model).absolute()),
             checkpoints_dir=setup.checkpoints_dir,
             tracking_uri=tracking_uri_for_workers(mlflow.get_tracking_uri()),
-            ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None)
+            ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None,
+            shared_root=params.shared_root)
         plan = plan_verl(params.verl, setup.data, setup.reward, inputs, gpus_visible=gpus,
                          training=training, train_rows=setup.train_rows)
         return Preflight(

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def locate_model(source: str | Path) -> ModelLocation:
 
 
 def resolve_model(source: str | Path, out_root: str | Path,
-                  chat_template: str | None = None) -> ResolvedModel:
+                  chat_template: str | None = None, link_files: bool = True) -> ResolvedModel:
     """Materialize ``source`` as a Hugging Face folder under ``out_root`` (cached).
 
     Args:
@@ -92,6 +93,9 @@ def resolve_model(source: str | Path, out_root: str | Path,
         out_root: Where resolved folders live (one subfolder per source).
         chat_template: A Jinja chat template, or a path to a ``.jinja`` file, for models
             without one (or to replace theirs).
+        link_files: Link the files of a model folder (a hub download: into the Hugging Face
+            cache) rather than copy them. Copies are for an ``out_root`` on shared storage,
+            read by other machines that do not have the links' targets.
 
     Returns:
         The resolved folder and its metadata.
@@ -105,20 +109,21 @@ def resolve_model(source: str | Path, out_root: str | Path,
     fingerprint = _fingerprint(location, template)
     out = Path(out_root) / _folder_name(source)
     cached = _read_metadata(out)
-    if cached and cached.get("fingerprint") == fingerprint:
+    if cached and cached.get("fingerprint") == fingerprint and \
+            cached.get("linked", True) == link_files:
         return ResolvedModel(out, cached)
 
     with staged(out) as staging:
         if location.gguf is not None:
             _convert_gguf(location.gguf, staging)
         else:
-            _mirror(location, staging)
+            _mirror(location, staging, link_files)
         has_template = _apply_chat_template(staging, template, source)
         metadata = {
             "source": str(source), "rule": location.rule,
             "located_at": str(location.gguf or location.model_dir),
             "resolved_path": str(out.resolve()), "chat_template": has_template,
-            "chat_template_configured": template is not None,
+            "chat_template_configured": template is not None, "linked": link_files,
             **_weights_summary(staging), "fingerprint": fingerprint,
         }
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
@@ -245,13 +250,16 @@ def _download(repo_id: str) -> Path:
 # ----------------------------------------------------------------------------- building
 
 
-def _mirror(location: ModelLocation, staging: Path) -> None:
+def _mirror(location: ModelLocation, staging: Path, link_files: bool = True) -> None:
     staging.mkdir()
     for folder in (location.model_dir, location.tokenizer_dir):
         for item in sorted(folder.iterdir()):
             target = staging / item.name
             if item.is_file() and not target.exists() and item.name != METADATA_FILE:
-                target.symlink_to(item.resolve())
+                if link_files:
+                    target.symlink_to(item.resolve())
+                else:
+                    shutil.copyfile(item.resolve(), target)
 
 
 _GGUF_CONVERSION = 2

@@ -1,0 +1,117 @@
+"""verl on a Ray cluster: the shared-storage, tracking and code-shipping checks, and the
+per-node check on a real two-node Ray cluster on this machine (GPUs declared, none present)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rl_pipeline.config import DataParams, RewardParams
+from rl_pipeline.engines.verl_config import LaunchInputs
+from rl_pipeline.engines.verl_engine import plan_verl
+from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.verl_preflight import PreflightError
+from tests.engines.test_verl_engine import SMALL, _prompts
+
+TWO_NODES = {**SMALL, "trainer_nnodes": 2, "trainer_n_gpus_per_node": 1}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, tiny_model_dir) -> Path:
+    """A 'shared' root holding real copies of everything the workers use."""
+    root = tmp_path_factory.mktemp("shared")
+    shutil.copytree(tiny_model_dir, root / "model")
+    _prompts(root / "train.parquet", 16, "train")
+    _prompts(root / "val.parquet", 6, "test")
+    return root
+
+
+def _inputs(root: Path, **changes) -> LaunchInputs:
+    return LaunchInputs(**{"train_files": str(root / "train.parquet"),
+                           "val_files": str(root / "val.parquet"),
+                           "model_path": str(root / "model"),
+                           "checkpoints_dir": str(root / "checkpoints"),
+                           "tracking_uri": "http://mlflow.internal:5000",
+                           "ray_address": "ray://head:10001", "shared_root": str(root),
+                           **changes})
+
+
+def _problems(inputs: LaunchInputs, reward: RewardParams | None = None, **verl) -> str:
+    with pytest.raises(PreflightError) as failure:
+        plan_verl(VerlParams(**{**TWO_NODES, **verl}), DataParams(), reward or RewardParams(),
+                  inputs, gpus_visible=0, training=False, train_rows=16)
+    return str(failure.value)
+
+
+def test_a_good_cluster_configuration_passes_and_ships_the_package(shared) -> None:
+    plan = plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(), _inputs(shared),
+                     gpus_visible=0, training=False, train_rows=16)
+    runtime_env = plan.config.ray_kwargs.ray_init.runtime_env
+    (module,) = runtime_env.py_modules
+    assert Path(module, "rewards", "scoring.py").is_file()  # verl's pkg://rl_pipeline... entry
+    assert plan.config.ray_kwargs.ray_init.address == "ray://head:10001"
+
+
+def test_no_shared_root_is_named(shared) -> None:
+    assert "train.shared_root=None: a folder every node mounts" in _problems(
+        _inputs(shared, shared_root=None))
+
+
+def test_paths_outside_the_shared_root_are_named_through_symlinks(shared, tmp_path,
+                                                                  tiny_model_dir) -> None:
+    linked = tmp_path / "linked_model"  # as a resolved hub model: links to the driver's cache
+    linked.mkdir()
+    for f in tiny_model_dir.iterdir():
+        (linked / f.name).symlink_to(f)
+    inside = shared / "linked_model"
+    if not inside.exists():
+        shutil.copytree(linked, inside, symlinks=True)
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, "
+                      "extra_info=None):\n    return 0.0\n")
+    message = _problems(_inputs(shared, model_path=str(inside),
+                                checkpoints_dir=str(tmp_path / "ckpt")),
+                        RewardParams(custom_reward_function={"path": str(reward),
+                                                             "name": "compute_score"}))
+    assert f"catalog.base_model='{inside}': a path under train.shared_root" in message
+    assert "link_files: false" in message
+    assert f"catalog.train_checkpoints='{tmp_path / 'ckpt'}'" in message
+    assert f"reward.custom_reward_function.path='{reward}'" in message
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "file:///tmp/mlruns", None])
+def test_a_tracking_store_workers_cannot_reach_is_named(shared, uri) -> None:
+    message = _problems(_inputs(shared, tracking_uri=uri))
+    assert f"mlflow.mlflow_tracking_uri={uri!r}: a tracking server every node" in message
+
+
+def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:
+    assert "train.verl.trainer_n_gpus_per_node='auto': a number on a Ray cluster" in _problems(
+        _inputs(shared), trainer_n_gpus_per_node="auto")
+
+
+@pytest.mark.slow
+def test_preflight_checks_every_node_of_a_two_node_cluster(shared) -> None:
+    """A CPU machine stands in for two GPU nodes: Ray declares a GPU on each, torch sees none,
+    and the driver has no GPU at all. Both nodes report, each naming the missing device."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
+    try:
+        cluster.add_node(num_cpus=1, num_gpus=1)
+        cluster.wait_for_nodes()
+        with pytest.raises(PreflightError) as failure:
+            plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(),
+                      _inputs(shared, ray_address=cluster.address), gpus_visible=0,
+                      training=True, train_rows=16)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    message = str(failure.value)
+    assert message.count("no CUDA device on node") == 2, message
+    assert "vllm importable on this node" in message
+    assert "verl needs" not in message  # the driver's own GPUs do not matter on a cluster
+    assert not ray.is_initialized()
