@@ -130,6 +130,8 @@ def _node_check(paths: WorkerPaths, declared_gpus: float) -> dict[str, Any]:
     import shutil
     import socket
 
+    import ray
+
     problems = []
     for module in ("rl_pipeline", "vllm"):
         if importlib.util.find_spec(module) is None:
@@ -152,14 +154,9 @@ def _node_check(paths: WorkerPaths, declared_gpus: float) -> dict[str, Any]:
     if declared_gpus and cuda < declared_gpus:
         problems.append(f"{declared_gpus:g} CUDA device(s), as Ray declares for this node: "
                         f"torch sees {cuda} (no CUDA device on node {socket.gethostname()})")
-    return {"ip": _node_ip(), "host": socket.gethostname(), "declared_gpus": declared_gpus,
-            "cuda_devices": cuda, "free_gb": round(free_gb, 1), "problems": problems}
-
-
-def _node_ip() -> str:
-    import ray
-
-    return ray.util.get_node_ip_address()
+    return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
+            "declared_gpus": declared_gpus, "cuda_devices": cuda, "free_gb": round(free_gb, 1),
+            "problems": problems}
 
 
 def _real_paths(path: Path) -> list[Path]:

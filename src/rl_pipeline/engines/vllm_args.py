@@ -57,11 +57,6 @@ class ServerArgs:
     error: str | None = None
     vllm: str | None = None  # vLLM's version, as imported
 
-    @property
-    def flags(self) -> list[str]:
-        """The ``--flag`` names of :attr:`argv`, without values."""
-        return [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
-
 
 def build_server_args(config: DictConfig, timeout: float = 300) -> ServerArgs:
     """Run verl's ``launch_server`` on a composed config in a child process.
