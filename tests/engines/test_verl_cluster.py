@@ -4,6 +4,7 @@ per-node check on a real two-node Ray cluster on this machine (GPUs declared, no
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -68,17 +69,40 @@ def test_paths_outside_the_shared_root_are_named_through_symlinks(shared, tmp_pa
     inside = shared / "linked_model"
     if not inside.exists():
         shutil.copytree(linked, inside, symlinks=True)
-    reward = tmp_path / "my_reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, "
-                      "extra_info=None):\n    return 0.0\n")
     message = _problems(_inputs(shared, model_path=str(inside),
-                                checkpoints_dir=str(tmp_path / "ckpt")),
-                        RewardParams(custom_reward_function={"path": str(reward),
-                                                             "name": "compute_score"}))
+                                checkpoints_dir=str(tmp_path / "ckpt")))
     assert f"catalog.base_model='{inside}': a path under train.shared_root" in message
     assert "link_files: false" in message
     assert f"catalog.train_checkpoints='{tmp_path / 'ckpt'}'" in message
-    assert f"reward.custom_reward_function.path='{reward}'" in message
+
+
+def test_a_custom_reward_file_travels_with_the_job(shared, tmp_path) -> None:
+    """The file need not be on the shared storage: it is shipped, and imported by name there."""
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, "
+                      "extra_info=None):\n    return float('####' in solution_str)\n")
+    plan = plan_verl(VerlParams(**TWO_NODES), DataParams(),
+                     RewardParams(custom_reward_function={"path": str(reward),
+                                                          "name": "compute_score"}),
+                     _inputs(shared), gpus_visible=0, training=False, train_rows=16)
+    config = plan.config
+    assert str(reward) in config.ray_kwargs.ray_init.runtime_env.py_modules
+    kwargs = config.reward.custom_reward_function.reward_kwargs
+    assert kwargs.reward_path == "pkg://my_reward"
+    # Checked on this machine through the file itself: it scores the reference answers.
+    assert plan.report["reward"]["reference_mean"] == 1.0
+
+
+@pytest.mark.parametrize(("name", "why"), [("my-reward.py", "a file named as a Python module"),
+                                           ("json.py", "a file whose name is no other module's")])
+def test_a_reward_file_that_cannot_be_a_module_on_the_nodes_is_named(shared, tmp_path, name,
+                                                                     why) -> None:
+    reward = tmp_path / name
+    reward.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return 0.0\n")
+    message = _problems(_inputs(shared), RewardParams(custom_reward_function={
+        "path": str(reward), "name": "score"}))
+    assert f"reward.custom_reward_function.path='{reward}': {why}" in message
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "file:///tmp/mlruns", None])
@@ -92,26 +116,19 @@ def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:
         _inputs(shared), trainer_n_gpus_per_node="auto")
 
 
-@pytest.mark.slow
-def test_preflight_checks_every_node_of_a_two_node_cluster(shared) -> None:
-    """A CPU machine stands in for two GPU nodes: Ray declares a GPU on each, torch sees none,
-    and the driver has no GPU at all. Both nodes report, each naming the missing device."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
-    try:
-        cluster.add_node(num_cpus=1, num_gpus=1)
-        cluster.wait_for_nodes()
-        with pytest.raises(PreflightError) as failure:
-            plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(),
-                      _inputs(shared, ray_address=cluster.address), gpus_visible=0,
-                      training=True, train_rows=16)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    message = str(failure.value)
-    assert message.count("no CUDA device on node") == 2, message
-    assert "vllm importable on this node" in message
-    assert "verl needs" not in message  # the driver's own GPUs do not matter on a cluster
-    assert not ray.is_initialized()
+def test_a_cluster_nobody_answers_at_stops_training_and_is_reported_when_checking(
+        shared) -> None:
+    """tests/gpu_boundary/test_ray_cluster_run.py checks a real two-node cluster."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(PreflightError) as failure:
+        plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(),
+                  _inputs(shared, ray_address=address), gpus_visible=0, training=True,
+                  train_rows=16, contact_cluster=True)
+    assert f"train.ray_address='{address}': a running Ray cluster: nothing answers" in str(
+        failure.value)
+    checked = plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(),
+                        _inputs(shared, ray_address=address), gpus_visible=0, training=False,
+                        train_rows=16, contact_cluster=True)
+    assert checked.report["cluster"]["checked"] is False

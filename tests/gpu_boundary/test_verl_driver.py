@@ -1,36 +1,49 @@
-"""verl's driver (``run_ppo``) on a local Ray cluster that declares a GPU it does not have.
+"""verl's driver (``run_ppo``) on a local Ray that cannot place its workers.
 
-verl cannot train on a CPU, but everything up to the workers' first collective runs: Ray
-starts, the TaskRunner composes its trainer, TransferQueue starts, the resource pool is
-granted the declared GPU and the FSDP workers start. They stop at NCCL, which a CPU build of
-torch lacks. That our launch gets that far, and that Ray is shut down afterwards (so that
-merge and eval, which run next in the same process, get the GPUs back), is checked here.
+verl waits for its workers' placement groups without a time limit. Here the local Ray that
+verl starts has a GPU but too few CPUs left beside verl's TaskRunner and TransferQueue
+actors for the worker bundle (3 CPUs and the GPU): Ray keeps the group pending, as it would
+with a GPU another job holds. The run must stop after ``train.ray_placement_timeout_s``
+with a message saying what could not be placed and what the node has, and the Ray it
+started must be shut down (merge and eval run next in the same process and need the GPUs).
+tests/gpu_boundary/test_ray_cluster_run.py runs the driver on to the workers' device
+initialisation, on two nodes.
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.verl_engine import plan_verl, train_verl
+from rl_pipeline.engines.verl_engine import WorkerPlacementError, plan_verl, train_verl
 from rl_pipeline.engines.verl_params import VerlParams
 from tests.engines.test_verl_engine import SMALL, inputs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
 
-# A CPU cannot host verl's default TransferQueue layout (8 storage actors) on 2 cores.
-LOCAL_CLUSTER = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=6",
-                 "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-                 "trainer.val_before_train=false", "+ray_kwargs.ray_init.include_dashboard=false"]
+# verl's default TransferQueue layout (8 storage actors) would take the CPUs first.
+LOCAL_RAY = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4",
+             "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+             "trainer.val_before_train=false", "+ray_kwargs.ray_init.include_dashboard=false"]
+TIMEOUT_S = 15
 
 
-def test_the_driver_reaches_the_gpu_workers_and_ray_is_shut_down(inputs) -> None:  # noqa: F811
+def test_workers_ray_cannot_place_stop_the_run_in_bounded_time_and_ray_is_shut_down(
+        inputs) -> None:  # noqa: F811
     import ray
 
     verl = VerlParams(**{**SMALL, "actor_model_lora_rank": 0, "trainer_total_epochs": 1})
     plan = plan_verl(verl, DataParams(), RewardParams(), inputs, gpus_visible=0,
                      training=False, train_rows=16)
-    with pytest.raises(Exception) as failure:
-        train_verl([*plan.overrides, *LOCAL_CLUSTER], run_id=None)
-    assert "NCCL" in str(failure.value), str(failure.value)[-3000:]
+    started = time.monotonic()
+    with pytest.raises(WorkerPlacementError) as failure:
+        train_verl([*plan.overrides, *LOCAL_RAY], run_id=None, placement_timeout_s=TIMEOUT_S)
+    message = str(failure.value)
+    assert f"not placed on the Ray cluster within {TIMEOUT_S} s" in message, message
+    assert "1 bundle(s) of 1 GPU, 3 CPU on one node" in message
+    assert "has 1 GPU, 4 CPU" in message  # what the node has, beside what was asked
+    assert "TaskPlacementGroupRemoved" in repr(failure.value.__cause__)  # verl's wait ended
+    assert time.monotonic() - started < TIMEOUT_S + 120
     assert not ray.is_initialized()

@@ -90,6 +90,18 @@ def test_custom_reward_function_from_a_file(tmp_path: Path) -> None:
     assert SafeReward(fn)("s", "abcde", "x") == 0.5  # a dict's "score" is the reward
 
 
+def test_a_reward_file_shipped_as_a_module_loads_by_name(tmp_path: Path, monkeypatch) -> None:
+    """On a Ray cluster's nodes the file is a module of its own (Ray's py_modules)."""
+    (tmp_path / "shipped_reward.py").write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(solution_str == ground_truth)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = load_reward_function("pkg://shipped_reward", "score")
+    assert (fn("s", "42", "42"), fn("s", "41", "42")) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="'pkg://not_shipped' failed to import"):
+        load_reward_function("pkg://not_shipped", "score")
+
+
 def test_custom_reward_function_errors_name_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such file"):
         load_reward_function(str(tmp_path / "nope.py"), "f")

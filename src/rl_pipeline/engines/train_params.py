@@ -29,6 +29,11 @@ class TrainParams(ParamGroup):
         None, description="verl on a Ray cluster: a folder every node mounts at the same path "
         "(NFS, Lustre, ...). Required there: the prompts, the base model, the checkpoints and "
         "a custom reward file must lie under it (preflight checks, following symlinks).")
+    ray_placement_timeout_s: float | None = Field(
+        600.0, gt=0, description="verl: how long its workers may wait for their GPUs and CPUs "
+        "on Ray before the run stops, naming what could not be placed and what each node has "
+        "(verl itself waits forever: a node whose GPUs another job holds hangs the run). null: "
+        "wait as long as it takes (an autoscaling cluster that adds nodes on demand).")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
     trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
 

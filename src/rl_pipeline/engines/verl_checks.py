@@ -99,13 +99,14 @@ def check_prompts(config: DictConfig, tokenizer: Any, sample: int = SAMPLE_ROWS,
 
 
 def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
-                 ) -> tuple[list[Problem], dict[str, Any]]:
+                 reward_path: str | None = None) -> tuple[list[Problem], dict[str, Any]]:
     """Score sample rows through verl's reward path (its reward manager and our entry point).
 
     Each row is scored twice (:func:`rl_pipeline.rewards.sanity_check`): with its reference
     answer as the response and with an empty response. The reward must return a number for
     both; a reward that does not score the reference above the empty response is reported
-    (as a warning: a custom reward may read answers in another form).
+    (as a warning: a custom reward may read answers in another form). ``reward_path`` is the
+    reward file as this machine sees it (on a cluster the config names the shipped module).
     """
     from verl.trainer.ppo.reward import load_reward_manager
 
@@ -114,6 +115,8 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
     with open_dict(checked):
         # Raise instead of scoring 0, so that a broken reward shows here.
         checked.reward.custom_reward_function.reward_kwargs.strict = True
+        if reward_path:
+            checked.reward.custom_reward_function.reward_kwargs.reward_path = reward_path
     try:
         manager = load_reward_manager(checked, tokenizer)
     except Exception as exc:

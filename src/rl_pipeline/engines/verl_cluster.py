@@ -1,53 +1,96 @@
-"""Checks for a verl run on a Ray cluster: shared storage, tracking the workers can reach, our
-code on every node, and a check task on each node before verl starts.
+"""verl on a Ray cluster: shared storage, tracking the workers can reach, our code on every
+node, and a check task on each node before verl starts.
 
-A run on several nodes reads the prompts, the base model and a custom reward file, and
-writes checkpoints, from every node; verl's MLflow logger runs on a worker. On one machine
-all of that works by accident (local paths, a SQLite store, the package installed where the
-driver runs); on a cluster each of these fails late, or silently (verl drops the MLflow
-start-up error, so the per-step metrics are just missing).
+A run on several nodes reads the prompts and the base model, and writes checkpoints, from
+every node; verl's MLflow logger runs on a worker. On one machine all of that works by
+accident (local paths, a SQLite store, the package installed where the driver runs); on a
+cluster each of these fails late, or silently (verl drops the MLflow start-up error, so the
+per-step metrics are just missing).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import rl_pipeline
 from rl_pipeline.engines.verl_preflight import Hardware, Problem
+from rl_pipeline.rewards.scoring import PKG
+
+logger = logging.getLogger(__name__)
 
 # Free space a node needs for checkpoints (an FSDP checkpoint of a 0.5B model with its
 # optimizer state is about 6 GB; a LoRA one much less).
 MIN_FREE_GB = 10.0
+# How long a cluster may take to answer: an address nobody listens on makes ray.init retry
+# for minutes, so the address is probed first; a node's check task imports torch.
+CONNECT_TIMEOUT_S = 5.0
+TASK_TIMEOUT_S = 300.0
 _LOCAL_STORES = ("sqlite:", "file:")
+_HOST_PORT = re.compile(r"^(?:ray://)?\[?(?P<host>[^\]/]+?)\]?:(?P<port>\d+)$")
 
 
 @dataclass(frozen=True)
 class WorkerPaths:
-    """What the workers read and write, by the catalog entry or parameter that sets it."""
+    """What the workers read and write, by the catalog entry that sets it."""
 
     train_prompts: str
     val_prompts: str
     base_model: str
     train_checkpoints: str
-    reward_file: str | None = None
 
-    def items(self) -> list[tuple[str, str, str]]:
-        """(group, name, path) of each path, the reward file last when there is one."""
-        out = [("catalog", "train_prompts", self.train_prompts),
-               ("catalog", "val_prompts", self.val_prompts),
-               ("catalog", "base_model", self.base_model),
-               ("catalog", "train_checkpoints", self.train_checkpoints)]
-        if self.reward_file:
-            out.append(("reward.custom_reward_function", "path", self.reward_file))
-        return out
+    def items(self) -> list[tuple[str, str]]:
+        return list(vars(self).items())
+
+
+@dataclass(frozen=True)
+class RewardTarget:
+    """The ``reward`` group's function: a file (shipped to the nodes) or a built-in."""
+
+    path: str | None
+    name: str
+
+    @property
+    def on_workers(self) -> str | None:
+        """Where the workers import it from: a shipped file is a module of its own there."""
+        return f"{PKG}{Path(self.path).stem}" if self.path else None
 
 
 def on_cluster(hardware: Hardware, ray_address: str | None) -> bool:
     """Whether the workers may run on other machines than the driver."""
     return hardware.nnodes > 1 or bool(ray_address)
+
+
+def shipped_modules(reward: RewardTarget) -> list[str]:
+    """What Ray's runtime_env ``py_modules`` carries to every node: this package (verl imports
+    the reward entry as ``pkg://rl_pipeline...``) and the custom reward file, if any."""
+    return [str(Path(rl_pipeline.__file__).parent),
+            *([str(Path(reward.path).resolve())] if reward.path else [])]
+
+
+def check_shipped_reward(reward: RewardTarget) -> list[Problem]:
+    """A shipped reward file becomes a top-level module on the nodes: its name must be one,
+    and must not shadow (or be shadowed by) a module that is already importable."""
+    if not reward.path:
+        return []
+    import importlib.util
+
+    stem = Path(reward.path).stem
+    if not stem.isidentifier():
+        return [Problem("path", reward.path, "a file named as a Python module (letters, "
+                        "digits and _), as it is shipped to the nodes and imported as "
+                        f"{stem!r} there", group="reward.custom_reward_function")]
+    found = importlib.util.find_spec(stem)
+    if found is not None and Path(found.origin or "").resolve() != Path(reward.path).resolve():
+        return [Problem("path", reward.path, f"a file whose name is no other module's: it is "
+                        f"imported as {stem!r} on the nodes, which is {found.origin}; rename "
+                        "the file", group="reward.custom_reward_function")]
+    return []
 
 
 def check_storage(paths: WorkerPaths, shared_root: str | None) -> list[Problem]:
@@ -59,14 +102,14 @@ def check_storage(paths: WorkerPaths, shared_root: str | None) -> list[Problem]:
                         "prompts and the model and write checkpoints there", group="train")]
     root = Path(shared_root).resolve()
     problems = []
-    for group, name, path in paths.items():
+    for name, path in paths.items():
         outside = [p for p in _real_paths(Path(path)) if not p.is_relative_to(root)]
         if outside:
             problems.append(Problem(name, path, f"a path under train.shared_root ({root}) that "
                                     f"every node sees; {outside[0]} is outside it" +
                                     (" (set link_files: false on base_model to copy the "
                                      "files instead of linking them)" if name == "base_model"
-                                     else ""), group=group))
+                                     else ""), group="catalog"))
     return problems
 
 
@@ -81,37 +124,59 @@ def check_tracking(tracking_uri: str | None) -> list[Problem]:
                     "conf/<env>/mlflow.yml (conf/local/README.md)", group="mlflow")]
 
 
-def package_runtime_env() -> dict[str, Any]:
-    """Ship this package to every node (verl imports the reward as ``pkg://rl_pipeline...``)."""
-    return {"py_modules": [str(Path(rl_pipeline.__file__).parent)]}
-
-
-def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths,
-                report: dict[str, Any]) -> list[Problem]:
+def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: RewardTarget,
+                report: dict[str, Any], *, training: bool) -> list[Problem]:
     """Run a check task on every node of the cluster at ``address``; report per node.
 
-    Each task (pinned to its node) checks that our package and vLLM import, the input paths
-    are readable, the checkpoint folder's disk has room, and the GPUs Ray declares are CUDA
-    devices torch can see. The cluster must offer ``hardware.gpus`` GPUs.
+    Each task (pinned to its node, shipped our code as verl's workers will be) checks that our
+    package, the reward function and vLLM import, the input paths are readable, the
+    checkpoint folder's disk has room, and the GPUs Ray declares are CUDA devices torch sees.
+    The cluster must offer ``hardware.gpus`` GPUs.
+
+    Only checking (``training=False``), a node whose declared GPUs torch does not see is a
+    problem, and a cluster that cannot be reached is reported and skipped (the configuration
+    can be checked on any machine). Before training, the cluster must answer; a node's
+    missing CUDA devices are a warning, and the verdict is verl's: its workers, which hold
+    the GPUs Ray assigns them, fail at device initialisation within a minute of the start,
+    before any model is loaded, and
+    :func:`~rl_pipeline.engines.verl_failures.explain_worker_failure` names the node.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    unreachable = _unreachable(address)
     started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, runtime_env=package_runtime_env(), log_to_driver=False)
+    if started and not unreachable:
+        try:
+            ray.init(address=address, log_to_driver=False,
+                     runtime_env={"py_modules": shipped_modules(reward)})
+        except ConnectionError as exc:
+            unreachable = str(exc)
+    if unreachable:
+        report["cluster"] = {"address": address, "checked": False, "reason": unreachable}
+        if training:
+            return [Problem("ray_address", address, f"a running Ray cluster: {unreachable}",
+                            group="train")]
+        logger.warning("preflight: the Ray cluster at %r was not checked (%s); the train "
+                       "pipeline checks every node before verl starts", address, unreachable)
+        return []
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         task = ray.remote(num_cpus=0)(_node_check)
         futures = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                       n["NodeID"], soft=False)).remote(paths, n["Resources"].get("GPU", 0))
+                       n["NodeID"], soft=False)).remote(paths, reward.on_workers, reward.name,
+                                                        n["Resources"].get("GPU", 0))
                    for n in nodes]
-        results = ray.get(futures, timeout=300)
+        results = ray.get(futures, timeout=TASK_TIMEOUT_S)
         total_gpus = ray.cluster_resources().get("GPU", 0)
     finally:
         if started:
             ray.shutdown()
-    report["cluster"] = {"address": address, "gpus": total_gpus, "nodes": results}
+    for node, result in zip(nodes, results, strict=True):
+        result["node"] = node_label(node)
+    report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
+                         "nodes": results}
+    _log_nodes(address, results)
     problems = []
     if total_gpus < hardware.gpus:
         problems.append(Problem("trainer_n_gpus_per_node", hardware.gpus_per_node,
@@ -119,24 +184,71 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths,
                                 f"{hardware.nnodes} nodes needs {hardware.gpus}, the cluster "
                                 f"at {address} has {total_gpus:g}"))
     for node in results:
-        problems += [Problem("node", node["ip"], problem, group="cluster")
+        problems += [Problem("node", node["node"], problem, group="cluster")
                      for problem in node["problems"]]
+        if node["declared_gpus"] and node["cuda_devices"] < node["declared_gpus"]:
+            missing = no_cuda_device(node["node"], node["declared_gpus"], node["cuda_devices"])
+            if training:
+                logger.warning("preflight: %s; verl's workers there will stop at device "
+                               "initialisation", missing)
+            else:
+                problems.append(Problem("node", node["node"], missing, group="cluster"))
     return problems
 
 
-def _node_check(paths: WorkerPaths, declared_gpus: float) -> dict[str, Any]:
+def cuda_devices() -> int:
+    """CUDA devices torch sees in this process (0 without a CUDA build)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
+def no_cuda_device(node: str, declared: float, seen: int) -> str:
+    return (f"no CUDA device on node {node}: Ray declares {declared:g} GPU(s) there and "
+            f"torch sees {seen}")
+
+
+def node_label(node: dict[str, Any]) -> str:
+    """A node as the messages name it: its address, and its Ray id (two nodes can share an
+    address, as on one machine)."""
+    return f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing answers at ``address`` (host:port or ray://host:port), or None. ``auto``
+    is Ray's to resolve: it fails at once when no cluster runs on this machine."""
+    match = _HOST_PORT.match(address)
+    if not match:
+        return None
+    host, port = match["host"], int(match["port"])
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc})"
+    return None
+
+
+def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
+                declared_gpus: float) -> dict[str, Any]:
     """On one node: everything a verl worker there will need."""
     import importlib.util
     import shutil
-    import socket
 
     import ray
+
+    from rl_pipeline.rewards.scoring import load_reward_function
 
     problems = []
     for module in ("rl_pipeline", "vllm"):
         if importlib.util.find_spec(module) is None:
             problems.append(f"{module} importable on this node (it is not)")
-    for _, name, path in paths.items():
+    try:
+        load_reward_function(reward_path, reward_name)
+    except (OSError, ValueError) as exc:
+        problems.append(f"the reward function importable on this node: {exc}")
+    for name, path in paths.items():
         if name != "train_checkpoints" and not os.access(path, os.R_OK):
             problems.append(f"{name} readable at {path} on this node (it is not)")
     checkpoints = Path(paths.train_checkpoints)
@@ -145,18 +257,21 @@ def _node_check(paths: WorkerPaths, declared_gpus: float) -> dict[str, Any]:
     if free_gb < MIN_FREE_GB:
         problems.append(f"at least {MIN_FREE_GB:g} GB free for train_checkpoints at "
                         f"{checkpoints} ({free_gb:.1f} GB)")
-    try:
-        import torch
-
-        cuda = torch.cuda.device_count()
-    except ImportError:
-        cuda = 0
-    if declared_gpus and cuda < declared_gpus:
-        problems.append(f"{declared_gpus:g} CUDA device(s), as Ray declares for this node: "
-                        f"torch sees {cuda} (no CUDA device on node {socket.gethostname()})")
     return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-            "declared_gpus": declared_gpus, "cuda_devices": cuda, "free_gb": round(free_gb, 1),
-            "problems": problems}
+            "declared_gpus": declared_gpus, "cuda_devices": cuda_devices(),
+            "free_gb": round(free_gb, 1), "problems": problems}
+
+
+def _log_nodes(address: str, results: list[dict[str, Any]]) -> None:
+    lines = []
+    for r in results:
+        found = list(r["problems"])
+        if r["cuda_devices"] < r["declared_gpus"]:
+            found.append("no CUDA device")
+        lines.append(f"  {r['node']:<28} {r['host']:<20} GPUs declared {r['declared_gpus']:g}, "
+                     f"CUDA devices {r['cuda_devices']}, {r['free_gb']:g} GB free: "
+                     + ("; ".join(found) or "ok"))
+    logger.info("Ray cluster at %s, %d node(s):\n%s", address, len(results), "\n".join(lines))
 
 
 def _real_paths(path: Path) -> list[Path]:

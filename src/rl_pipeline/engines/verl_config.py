@@ -150,14 +150,19 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         pip: Requirement specifiers for the Ray workers (``pypi_packages_override``).
         legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
     """
+    from rl_pipeline.engines.verl_cluster import RewardTarget, shipped_modules
+
     fn = reward.custom_reward_function
+    target = RewardTarget(fn.path, fn.name)
+    # On a cluster the reward file travels with the job and is imported as a module there.
+    reward_path = target.on_workers if inputs.ray_address else fn.path
     out = [
         f"data.train_files={_hydra_value(inputs.train_files)}",
         f"data.val_files={_hydra_value(inputs.val_files)}",
         f"actor_rollout_ref.model.path={_hydra_value(inputs.model_path)}",
         f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
         f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
-        f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(fn.path)}",
+        f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(reward_path)}",
         f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
         f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
         f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
@@ -180,11 +185,9 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     if pip:
         out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
     if inputs.ray_address:
-        from rl_pipeline.engines.verl_cluster import package_runtime_env
-
         out.append(f"+ray_kwargs.ray_init.address={_hydra_value(inputs.ray_address)}")
         # Other nodes do not have this package installed; verl imports the reward from it.
-        modules = package_runtime_env()["py_modules"]
+        modules = shipped_modules(target)
         out.append(f"+{_RUNTIME_ENV}.py_modules=[{','.join(_hydra_value(m) for m in modules)}]")
     return out
 

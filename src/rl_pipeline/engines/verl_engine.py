@@ -35,8 +35,10 @@ from rl_pipeline.engines.verl_checks import (
     validate_with_verl,
 )
 from rl_pipeline.engines.verl_cluster import (
+    RewardTarget,
     WorkerPaths,
     check_nodes,
+    check_shipped_reward,
     check_storage,
     check_tracking,
     on_cluster,
@@ -52,6 +54,12 @@ from rl_pipeline.engines.verl_config import (
     owned_keys,
     run_id_override,
     spec_values,
+)
+from rl_pipeline.engines.verl_failures import (
+    PlacementWatch,
+    WorkerDeviceError,
+    WorkerPlacementError,
+    explain_worker_failure,
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import (
@@ -90,7 +98,8 @@ class VerlPlan:
 
 
 def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: LaunchInputs,
-              *, gpus_visible: int, training: bool, train_rows: int | None = None) -> VerlPlan:
+              *, gpus_visible: int, training: bool, train_rows: int | None = None,
+              contact_cluster: bool = False) -> VerlPlan:
     """Compose verl's config for this run and check it, as far as a CPU can.
 
     Args:
@@ -102,6 +111,9 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         training: Training starts next: this machine must have the GPUs (checked first, with
             one message). Otherwise only the configuration is checked, on any machine.
         train_rows: Rows of ``train_prompts``, for the batch-size check.
+        contact_cluster: With a Ray address, run a check task on every node of the cluster
+            (:func:`~rl_pipeline.engines.verl_cluster.check_nodes`). Off, only the
+            configuration is checked, offline.
 
     Raises:
         GPUsNeededError: When training on a machine without enough GPUs.
@@ -119,7 +131,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                           ray_address=inputs.ray_address)
     problems += check_attention(verl)
     paths = WorkerPaths(inputs.train_files, inputs.val_files, inputs.model_path,
-                        inputs.checkpoints_dir, reward.custom_reward_function.path)
+                        inputs.checkpoints_dir)
+    target = RewardTarget(reward.custom_reward_function.path, reward.custom_reward_function.name)
     report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
                               "training": training}
     if on_cluster(hardware, inputs.ray_address):
@@ -128,10 +141,13 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                                     "cluster (auto counts the driver's GPUs)"))
         problems += check_storage(paths, inputs.shared_root)
         problems += check_tracking(inputs.tracking_uri)
+        if inputs.ray_address:
+            problems += check_shipped_reward(target)
     if local:
         problems += check_rollout_engine(verl)
-    elif training:
-        problems += check_nodes(inputs.ray_address, hardware, paths, report)
+    if inputs.ray_address and contact_cluster:
+        problems += check_nodes(inputs.ray_address, hardware, paths, target, report,
+                                training=training)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
               "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
     launch = launch_overrides(values, inputs, reward,
@@ -147,7 +163,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         problems += _composition_problems(values, launch, verl.overrides, exc)
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
-    problems += _check_inputs(config, inputs, report)
+    problems += _check_inputs(config, inputs, target, report)
     if not any(p.parameter == "base_model" for p in problems):  # verl reads the model's config
         problems += check_vllm_args(config, verl.overrides, report)
     if problems:
@@ -159,7 +175,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     return VerlPlan(overrides=overrides, config=config, hardware=hardware, report=report)
 
 
-def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
+def train_verl(overrides: list[str], run_id: str | None,
+               placement_timeout_s: float | None = None) -> TrainRun:
     """Launch verl's ``run_ppo`` with its TaskRunner on Ray.
 
     verl starts a local Ray unless the overrides name a cluster (``ray_kwargs.ray_init.
@@ -167,6 +184,17 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
     ``MLFLOW_RUN_ID`` verl's per-step metrics land in the train stage's MLflow run.
     ``trainer.resume_mode`` is ``auto``: a rerun continues from the newest checkpoint.
     A Ray that verl started is shut down when it ends, whether it succeeded or failed.
+
+    Args:
+        overrides: The checked overrides (:attr:`VerlPlan.overrides`).
+        run_id: The train stage's MLflow run, or None.
+        placement_timeout_s: How long verl's workers may wait to be placed on Ray (None:
+            as long as it takes, verl's own behaviour).
+
+    Raises:
+        WorkerDeviceError: When verl's workers failed on nodes without the CUDA devices Ray
+            declares there (the nodes named; verl's error chained).
+        WorkerPlacementError: When they were not placed within ``placement_timeout_s``.
 
     Args:
         overrides: The checked overrides (:attr:`VerlPlan.overrides`).
@@ -185,13 +213,23 @@ def train_verl(overrides: list[str], run_id: str | None) -> TrainRun:
         logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
     started = time.perf_counter()
     own_ray = not ray.is_initialized()  # run_ppo starts a local Ray unless one is running
+    watch = PlacementWatch(placement_timeout_s)
     try:
-        if config.trainer.use_v1:
-            run_ppo(config, task_runner_class=TaskRunnerV1)
-        else:  # LEGACY_TRAINER_ESTIMATORS (remax)
-            from verl.trainer.main_ppo_v0 import TaskRunner
+        with watch:
+            if config.trainer.use_v1:
+                run_ppo(config, task_runner_class=TaskRunnerV1)
+            else:  # LEGACY_TRAINER_ESTIMATORS (remax)
+                from verl.trainer.main_ppo_v0 import TaskRunner
 
-            run_ppo(config, task_runner_class=TaskRunner)
+                run_ppo(config, task_runner_class=TaskRunner)
+    except Exception as exc:
+        if watch.reason:
+            raise WorkerPlacementError(watch.reason) from exc
+        # verl's error is a worker's traceback (NCCL, CUDA) that does not say which node.
+        explanation = explain_worker_failure() if ray.is_initialized() else None
+        if explanation:
+            raise WorkerDeviceError(explanation) from exc
+        raise
     finally:
         # The workers (FSDP actor, vLLM engines) hold GPU memory until Ray stops them; merge
         # and eval run next in this process and need it back.
@@ -266,7 +304,8 @@ class VerlEngine(Engine):
             ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None,
             shared_root=params.shared_root)
         plan = plan_verl(params.verl, setup.data, setup.reward, inputs, gpus_visible=gpus,
-                         training=training, train_rows=setup.train_rows)
+                         training=training, train_rows=setup.train_rows,
+                         contact_cluster=True)
         return Preflight(
             plan={"engine": self.name, "overrides": plan.overrides},
             report={**plan.report, "overrides": plan.overrides, "command": plan.command},
@@ -279,7 +318,8 @@ class VerlEngine(Engine):
     def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: Any,
               val_prompts: Any, run_id: str | None) -> TrainRun:
         # verl reads the prompt files itself (plan["overrides"] name them).
-        return train_verl(plan["overrides"], run_id)
+        return train_verl(plan["overrides"], run_id,
+                          placement_timeout_s=setup.train.ray_placement_timeout_s)
 
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         return export_adapter(run.checkpoints, scratch_dir, run.summary,
@@ -319,7 +359,7 @@ def _composition_problems(values: dict[str, Any], launch: list[str], user: list[
     return problems or [Problem("overrides", user, f"verl's config did not compose: {exc}")]
 
 
-def _check_inputs(config: DictConfig, inputs: LaunchInputs,
+def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardTarget,
                   report: dict[str, Any]) -> list[Problem]:
     from rl_pipeline.models.tokenizer import load_tokenizer
 
@@ -332,7 +372,8 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs,
     prompt_problems, report["prompts"], rows = check_prompts(config, tokenizer)
     problems += prompt_problems
     if rows:
-        reward_problems, report["reward"] = check_reward(config, tokenizer, rows[:8])
+        reward_problems, report["reward"] = check_reward(config, tokenizer, rows[:8],
+                                                         reward.path)
         problems += reward_problems
         if report["reward"].get("warning"):
             logger.warning("preflight: %s", report["reward"]["warning"])

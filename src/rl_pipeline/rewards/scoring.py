@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 RewardFunction = Callable[..., "float | dict[str, Any]"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+PKG = "pkg://"  # verl's prefix for a reward module imported by name, not by file path
 _CLIP = 300  # verl's GSM8K scorer also looks at the last 300 characters only
 # Small next to a correct answer's 1.0, so the format alone never pays more than being right.
 FORMAT_CREDIT = 0.1
@@ -95,7 +96,9 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
     """The reward function the spec's ``custom_reward_function`` names.
 
     Args:
-        path: A Python file defining the function, or None for a built-in one.
+        path: A Python file defining the function, ``pkg://module`` for an importable module
+            (verl's convention; a reward file shipped to a Ray cluster's nodes is one), or
+            None for a built-in one.
         name: The function's name (built-ins: compute_score, strict_gsm8k, flexible_gsm8k,
             math_verify_score, gsm8k_format_credit).
 
@@ -109,13 +112,10 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
             raise ValueError(f"custom_reward_function.name={name!r} is not a built-in reward; "
                              f"built-ins: {', '.join(BUILTIN)} (or give a file in .path)")
         return BUILTIN[name]
-    file = Path(path)
-    if not file.is_file():
+    if not path.startswith(PKG) and not Path(path).is_file():
         raise FileNotFoundError(f"custom_reward_function.path={path!r}: no such file")
-    spec = importlib.util.spec_from_file_location(f"custom_reward_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = _import_reward_module(path)
     except Exception as exc:
         raise ValueError(f"custom_reward_function.path={path!r} failed to import: {exc!r}") from exc
     fn = getattr(module, name, None)
@@ -210,6 +210,16 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
 @functools.cache
 def _safe_reward(path: str | None, name: str, strict: bool) -> SafeReward:
     return SafeReward(load_reward_function(path, name), strict)
+
+
+def _import_reward_module(path: str) -> Any:
+    if path.startswith(PKG):
+        return importlib.import_module(path[len(PKG):])
+    file = Path(path)
+    spec = importlib.util.spec_from_file_location(f"custom_reward_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _same_number(answer: str, truth: str) -> bool:
