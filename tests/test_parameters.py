@@ -144,3 +144,19 @@ def _get(groups: dict[str, Any], path: str) -> Any:
     for part in parts:
         value = getattr(value, part)
     return value
+
+
+def test_train_resume_takes_auto_never_or_a_checkpoint_folder(tmp_path) -> None:
+    from rl_pipeline.engines.train_params import TrainParams
+
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "weights").mkdir()
+    assert TrainParams(resume="never").resume == "never"
+    assert TrainParams(resume=str(tmp_path / "checkpoint-4")).resume == \
+        str(tmp_path / "checkpoint-4")
+    for value, why in ((tmp_path / "global_step_3", "not a folder"),
+                       (tmp_path / "weights", "not named so")):
+        with pytest.raises(ConfigError) as failure:
+            TrainParams.model_validate({"resume": str(value)})
+        assert f"train.resume={str(value)!r}" in str(failure.value) and why in str(
+            failure.value), str(failure.value)

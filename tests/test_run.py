@@ -260,3 +260,21 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert evaluation.data.params["eval.max_prompts"] == "4"
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}
+
+    # The train stage again, unchanged: the same identity, complete, so nothing is trained;
+    # its run says so and names the run whose weights it re-exports.
+    rerun = kedro_run(project, "--pipeline", "train", "--params", SHORT)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    _, runs = mlflow_runs(project)
+    first, again = [r.data.tags for r in runs if r.info.run_name == "train"]
+    identity = first["train.identity"]
+    assert len(identity) == 64 and again["train.identity"] == identity
+    assert (first["train.resumed"], first["train.already_complete"]) == ("false", "false")
+    assert first["train.weights_run_id"] == train.info.run_id
+    assert (again["train.resumed"], again["train.already_complete"]) == ("true", "true")
+    assert again["train.resumed_from_run"] == train.info.run_id
+    assert (again["train.resumed_from_step"], again["train.weights_run_id"]) == \
+        ("2", train.info.run_id)
+    for stage in ("merge", "eval"):  # the weights they used, and their identity
+        assert run_tags(runs, stage)["source.train_run_id"] == train.info.run_id
+        assert run_tags(runs, stage)["source.train_identity"] == identity

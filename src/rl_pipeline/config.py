@@ -227,8 +227,9 @@ class DataPrepParams(ParamGroup):
     seed: int = Field(42, description="Seed for the validation split and the length sample.")
     on_bad_record: Literal["error", "skip"] = Field(
         "error",
-        description="A malformed or undecodable line, or a record missing a field: 'error' "
-        "fails naming file and line; 'skip' drops it and counts it in the report.",
+        description="A malformed or undecodable line, a record missing a field, or a field "
+        "of the wrong type (a prompt field that is not a string): 'error' fails naming the "
+        "file, the line and the field; 'skip' drops it and counts it in the report.",
     )
     length_sample_size: int = Field(
         10_000, ge=10_000,

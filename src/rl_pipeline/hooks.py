@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import uuid
@@ -28,6 +29,7 @@ from rl_pipeline.config import (
 from rl_pipeline.debris import sweep
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
+from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
 
 # Every parameter group, by its key in conf/*/parameters*.yml.
@@ -129,6 +131,13 @@ class LeftoversHook:
         sweep([Path(run_params["project_path"]) / "data"], flat=map(Path, self._scratch))
 
 
+def _training_run(merge_metadata: Path) -> dict[str, Any]:
+    try:
+        return json.loads(merge_metadata.read_text()).get("training_run") or {}
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return {}
+
+
 class LineageHook:
     """Tag each stage's MLflow run with what a reviewer needs to trace and reproduce it.
 
@@ -159,8 +168,11 @@ class LineageHook:
         end_orphaned_runs(mlflow.MlflowClient(), run.info.experiment_id, run.info.run_id)
 
     @hook_impl
-    def after_dataset_loaded(self, dataset_name: str) -> None:
+    def after_dataset_loaded(self, dataset_name: str, data: Any) -> None:
         self._tag_version("loaded", dataset_name, "resolve_load_version")
+        if dataset_name == "merged_model" and data and mlflow.active_run() is not None:
+            # The eval stage: the train run whose weights the merged model holds.
+            self._tag_sources(_training_run(Path(data) / MERGE_METADATA))
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str) -> None:
@@ -177,9 +189,14 @@ class LineageHook:
                                 for k, v in (report.get("hardware") or {}).items()},
                              **({"train.device": report["device"]} if "device" in report
                                 else {})})
+        summary = outputs.get("train_summary")
+        if isinstance(summary, dict):  # the train stage: its identity and what it continued
+            mlflow.set_tags({f"train.{k}": str(summary.get(k)).lower() for k in (
+                "identity", "resumed", "resumed_from_step", "resumed_from_run",
+                "already_complete", "weights_run_id")})
         metadata = outputs.get("merge_metadata")
         if isinstance(metadata, dict):  # the merge stage: the train run and its prompt data
-            self._tag_sources((metadata.get("training_run") or {}).get("mlflow_run_id"))
+            self._tag_sources(metadata.get("training_run") or {})
 
     @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
     def on_pipeline_error(self, error: Exception) -> None:
@@ -187,11 +204,15 @@ class LineageHook:
             mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:_TAG_LIMIT])
 
     @staticmethod
-    def _tag_sources(train_run_id: str | None) -> None:
+    def _tag_sources(training_run: dict[str, Any]) -> None:
+        """Tag the train run (and its identity and prompt versions) that ``training_run``
+        (the ``training_run.json`` written beside the trained weights) names."""
+        train_run_id = training_run.get("weights_run_id") or training_run.get("mlflow_run_id")
+        identity = {"source.train_identity": training_run.get("identity") or "unknown"}
         if not train_run_id:
-            mlflow.set_tag("source.train_run_id", "unknown")
+            mlflow.set_tags({"source.train_run_id": "unknown", **identity})
             return
-        tags = {"source.train_run_id": train_run_id}
+        tags = {"source.train_run_id": train_run_id, **identity}
         try:
             train_tags = mlflow.MlflowClient().get_run(train_run_id).data.tags
         except mlflow.exceptions.MlflowException:  # another tracking store

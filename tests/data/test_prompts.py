@@ -69,6 +69,46 @@ def test_field_missing_from_some_records_makes_them_bad_records() -> None:
     assert len(bad) == 1 and bad[0].line == 2 and "missing field(s) question" in bad[0].reason
 
 
+@pytest.mark.parametrize(("question", "found"), [
+    (12345, "int (12345)"),
+    (1.5, "float (1.5)"),
+    (True, "bool (True)"),
+    (None, "null"),
+    (["What", "is 2+2?"], "list (['What', 'is 2+2?'])"),
+    ({"text": "What is 2+2?"}, "dict ({'text': 'What is 2+2?'})"),
+])
+def test_a_prompt_field_that_is_not_a_string_makes_a_bad_record(question, found) -> None:
+    params = DataPrepParams(dataset_prompt_column="question")
+    raw = _raw([{"question": "q1", "answer": "a"}, {"question": question, "answer": "b"}])
+    work, dropped, bad = extract_work_frame(raw, params, "images")
+    assert list(work["question"]) == ["q1"] and not dropped
+    assert [b.describe() for b in bad] == [
+        f"in.jsonl, line 2: field 'question' is {found}, expected a string"]
+
+
+def test_template_fields_and_answer_are_type_checked_too() -> None:
+    params = DataPrepParams(prompt_template="{Body} {Question}", answer_column="Answer")
+    raw = _raw([{"Body": "Tom has 3.", "Question": 3, "Answer": False},
+                {"Body": "x" * 60, "Question": "How many?", "Answer": 2.0},
+                {"Body": "Ann has 2.", "Question": "How many?", "Answer": 2}])
+    work, _, bad = extract_work_frame(raw, params, "images")
+    assert [b.reason for b in bad] == [
+        "field 'Question' is int (3), expected a string; "
+        "field 'Answer' is bool (False), expected a string or an integer",
+        "field 'Answer' is float (2.0), expected a string or an integer"]
+    # An integer answer is exact as text: Hugging Face math sets store answers as int64.
+    assert list(work["ground_truth"]) == ["2"] and list(work["answer"]) == ["2"]
+
+
+def test_a_long_mistyped_value_is_shortened_in_the_message() -> None:
+    params = DataPrepParams(dataset_prompt_column="question")
+    work, _, bad = extract_work_frame(_raw([{"question": list(range(100)), "answer": "a"}]),
+                                      params, "images")
+    assert work.empty
+    assert bad[0].reason.startswith("field 'question' is list ([0, 1, 2, 3")
+    assert "...), expected a string" in bad[0].reason and len(bad[0].reason) < 100
+
+
 def test_empty_prompt_and_missing_ground_truth_are_dropped_with_reasons() -> None:
     params = DataPrepParams(dataset_prompt_column="question", answer_extraction="gsm8k")
     raw = _raw([{"question": "  ", "answer": "#### 1"},

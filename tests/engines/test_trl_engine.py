@@ -64,25 +64,47 @@ def test_grpo_raises_the_mean_reward(tiny_model_dir, digit_reward, tmp_path,
     assert (adapter / "model.safetensors").is_file()  # apply_lora false: the whole model
 
 
-class _Killed(Exception):
-    pass
+# Killed in a child process with SIGKILL after step 3's update (checkpoint-2 is the newest).
+_KILLED_RUN = """
+import os, signal, sys
+import pandas as pd
+from transformers import TrainerCallback
+from rl_pipeline.config import RewardParams
+from rl_pipeline.engines.trl_engine import train_trl
+from rl_pipeline.engines.trl_params import TrlParams
 
-
-class _KillAt(TrainerCallback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
+class KillAt(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            raise _Killed(f"killed at step {self.step}")
+        if state.global_step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+model, reward, prompts, out, params = sys.argv[1:]
+train_trl(TrlParams.model_validate_json(params),
+          RewardParams(custom_reward_function={"path": reward, "name": "score"}),
+          pd.read_parquet(prompts), None, model, out, callbacks=[KillAt()])
+"""
 
 
-def test_a_killed_run_resumes_without_redoing_steps(tiny_model_dir, digit_reward,
-                                                    tmp_path) -> None:
-    settings = {"max_steps": 6, "save_steps": 2, "learning_rate": 1e-3, "apply_lora": True,
-                "lora_rank": 4, "lora_alpha": 8}
-    with pytest.raises(_Killed):
-        _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[_KillAt(3)], **settings)
+def test_a_killed_run_resumes_exactly_where_it_stopped(tiny_model_dir, digit_reward_file,
+                                                       digit_reward, tmp_path) -> None:
+    """SIGKILL mid-way, rerun: it ends at max_steps, each step run once, on the schedule of
+    a run that was never interrupted."""
+    import subprocess
+    import sys
+
+    settings = {"max_steps": 4, "save_steps": 2, "learning_rate": 1e-3, "apply_lora": True,
+                "lora_rank": 4, "lora_alpha": 8, "lr_scheduler_type": "linear",
+                "warmup_ratio": 0.25}
+    uninterrupted, _, _ = _train(tmp_path / "whole", tiny_model_dir, digit_reward, **settings)
+
+    prompts = tmp_path / "prompts.parquet"
+    gsm8k_prompts(32).to_parquet(prompts)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_RUN, str(tiny_model_dir), str(digit_reward_file),
+         str(prompts), str(tmp_path / "checkpoints"),
+         TrlParams(**{**FAST, **settings}).model_dump_json()],
+        capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint-*")) == \
         ["checkpoint-2"]
 
@@ -96,12 +118,28 @@ def test_a_killed_run_resumes_without_redoing_steps(tiny_model_dir, digit_reward
     steps = Steps()
     summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, callbacks=[steps],
                                  **settings)
-    assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
-    assert steps.done == [3, 4, 5, 6]
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
+    assert steps.done == [3, 4]  # none redone, none skipped
+    rates = _logged(tmp_path / "checkpoints", "learning_rate")
+    assert list(rates) == [1, 2, 3, 4] and len(set(rates.values())) == 4  # warm-up, decay
+    assert rates == pytest.approx(_logged(tmp_path / "whole" / "checkpoints", "learning_rate"))
+    assert uninterrupted["steps"] == summary["steps"]
     assert (adapter / "adapter_config.json").is_file()
     assert not (adapter / "optimizer.pt").exists()  # the model, not the trainer's state
     record = json.loads((adapter / TRAINING_RUN).read_text())
-    assert record["engine"] == "trl" and record["lora"] is True and record["steps"] == 6
+    assert record["engine"] == "trl" and record["lora"] is True and record["steps"] == 4
+
+    # Run again: complete, so it trains no further (it used to go on to step 5 at rate 0).
+    again = train_trl(TrlParams(**{**FAST, **settings}), digit_reward, gsm8k_prompts(32), None,
+                      str(tiny_model_dir), tmp_path / "checkpoints", callbacks=[steps])
+    assert (again.summary["steps"], again.summary["already_complete"]) == (4, True)
+    assert steps.done == [3, 4]
+
+
+def _logged(checkpoints: Path, key: str) -> dict[int, float]:
+    newest = max(checkpoints.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    state = json.loads((newest / "trainer_state.json").read_text())
+    return {h["step"]: h[key] for h in state["log_history"] if key in h}
 
 
 def test_reinforce_plus_plus_uses_the_batch_baseline(tiny_model_dir, digit_reward,

@@ -172,3 +172,91 @@ def test_resolved_config_is_yaml_verl_can_read(inputs) -> None:
 
     text = resolved_config_yaml(_plan(inputs))
     assert OmegaConf.create(text).data.train_batch_size == SMALL["data_train_batch_size"]
+
+
+# ------------------------------------------------------------------ run identity and resume
+
+
+@pytest.mark.parametrize(("resume", "mode", "path"), [
+    ("auto", "auto", None), ("never", "disable", None),
+    ("/runs/x/global_step_4", "resume_path", "/runs/x/global_step_4")])
+def test_train_resume_sets_verls_resume_keys(inputs, resume, mode, path) -> None:
+    from dataclasses import replace
+
+    config = _plan(replace(inputs, resume=resume)).config
+    assert (config.trainer.resume_mode, config.trainer.resume_from_path) == (mode, path)
+    assert config.trainer.default_local_dir == inputs.checkpoints_dir
+
+
+def test_verls_resume_keys_are_set_by_train_resume_only(inputs) -> None:
+    with pytest.raises(PreflightError) as failure:
+        _plan(inputs, {"overrides": ["trainer.resume_mode=auto",
+                                     "trainer.default_local_dir=/elsewhere"]})
+    message = str(failure.value)
+    assert "'trainer.resume_mode=auto': a key no parameter sets" in message
+    assert "'trainer.default_local_dir=/elsewhere': a key no parameter sets" in message
+
+
+def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path) -> None:
+    """verl's default_local_dir is one folder per identity: another learning rate, another
+    folder; the same configuration, the same folder."""
+    from rl_pipeline.engines.train_params import TrainParams
+    from rl_pipeline.pipelines.train.nodes import check_training_setup
+
+    root = tmp_path / "train_checkpoints"
+
+    def checked(**verl):
+        train = TrainParams(engine="verl", verl=VerlParams(**{**SMALL, **verl}))
+        plan, report, config_yaml, _, _ = check_training_setup(
+            inputs.train_files, inputs.val_files, inputs.model_path, str(root), train,
+            DataParams(), RewardParams())
+        config = OmegaConf.create(config_yaml)
+        assert config.trainer.default_local_dir == report["checkpoints"]
+        assert plan["identity"] == report["identity"]
+        return report["checkpoints"]
+
+    first = checked()
+    assert first == str(root / json.loads(json.dumps(first)).rsplit("/", 1)[-1])
+    assert checked() == first
+    assert checked(actor_optim_lr=2e-6) != first
+
+
+def _verl_checkpoints(folder: Path, steps: list[int]) -> Path:
+    """verl's checkpoint layout as its trainer leaves it (global_step_N/actor and the tracker
+    file naming the newest)."""
+    for step in steps:
+        (folder / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (folder / "latest_checkpointed_iteration.txt").write_text(str(max(steps)))
+    return folder
+
+
+def test_the_step_count_check_reads_verls_checkpoint_layout(inputs, tmp_path) -> None:
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    from rl_pipeline.engines.verl_engine import check_step_count, planned_steps
+
+    folder = _verl_checkpoints(tmp_path / "ckpt", [5, 10])
+    assert find_latest_ckpt_path(str(folder)) == str(folder / "global_step_10")  # verl's reader
+    config = _plan(inputs).config
+    # 16 prompts in batches of 8, 7 epochs (verl's own count); total_training_steps wins.
+    assert planned_steps(config) == 16 // 8 * 7 == 14
+    assert planned_steps(_plan(inputs, {"total_training_steps": 10}).config) == 10
+    check_step_count(folder, planned=10, resumed_from=5)
+    # verl issue #7401: resumed at an epoch boundary, it skipped an epoch and exited 0.
+    with pytest.raises(RuntimeError) as failure:
+        check_step_count(folder, planned=14, resumed_from=5)
+    assert ("verl planned 14 steps and, resumed from step 5, its newest checkpoint in "
+            f"{folder} is step 10: +4 steps were not run (verl issue #7401") in str(failure.value)
+
+
+def test_a_complete_verl_run_trains_no_further(inputs, tmp_path) -> None:
+    """No Ray, no verl driver: the checkpoints already hold the planned last step."""
+    from dataclasses import replace
+
+    from rl_pipeline.engines.verl_engine import train_verl
+
+    folder = _verl_checkpoints(tmp_path / "ckpt", [10])
+    plan = _plan(replace(inputs, checkpoints_dir=str(folder)), {"total_training_steps": 10})
+    run = train_verl(plan.overrides, run_id=None)
+    assert (run.summary["already_complete"], run.summary["steps"]) == (True, 10)
+    assert run.checkpoints == folder

@@ -25,6 +25,17 @@ SPLITS = ("train", "val")
 DROP_REASONS = ("bad_record", "empty_prompt", "no_ground_truth", "duplicate_prompt",
                 "train_val_overlap", "overlong_prompt")
 _LISTED = 10  # rows named in an error message before "and N more"
+# What to change when a reason empties a split (the hints that quote values: _drop_hint).
+_DROP_HINTS = {
+    "bad_record": "records unreadable, missing a field or holding one as another type: check "
+                  "the data_prep columns against the data; data_prep.on_bad_record=error names "
+                  "each by file and line",
+    "empty_prompt": "empty text in the prompt field(s): check data_prep.dataset_prompt_column "
+                    "or prompt_template",
+    "duplicate_prompt": "data_prep.drop_duplicates=false keeps them",
+    "train_val_overlap": "prompts that are also in val: data_prep.drop_train_val_overlap=false "
+                         "keeps them, or give a validation input without them",
+}
 
 
 @dataclass
@@ -36,12 +47,13 @@ class Hygiene:
     bad_records: list[str]
     train_val_overlap: int
     val_source: str
+    val_split_off: int = 0  # train rows moved to val when there is no validation input
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in,
                 "dropped": {s: dict(c) for s, c in self.dropped.items()},
                 "bad_records": self.bad_records, "train_val_overlap": self.train_val_overlap,
-                "val_source": self.val_source}
+                "val_source": self.val_source, "val_split_off": self.val_split_off}
 
 
 @dataclass
@@ -53,6 +65,7 @@ class FittedSplit:
     dropped: Counter = field(default_factory=Counter)
     truncated: int = 0
     sample_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    shortest_overlong: int | None = None  # tokens of the shortest prompt dropped as overlong
 
 
 def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: DataPrepParams,
@@ -61,12 +74,14 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
 
     Raises:
         DataError: On a bad record with ``on_bad_record: error`` (naming file and line), a
-            missing column, an empty input, or no rows left.
+            missing column, an empty input, or no rows left in a split (naming the rows in
+            and the drops by reason).
     """
     dropped = {s: Counter() for s in SPLITS}
     skipped: list[BadRecord] = []
     frames: dict[str, pd.DataFrame] = {}
     rows_in = {"train": 0, "val": 0}
+    empty: list[str] = []
     for split, raw in (("train", raw_train), ("val", raw_val)):
         if raw is None:
             continue
@@ -86,13 +101,16 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
             if n:
                 dropped[split]["duplicate_prompt"] += n
         if work.empty:
-            raise _nothing_left(split, dropped[split], rows_in[split])
+            empty.append(empty_split_message(split, rows_in[split], dropped[split], params))
         frames[split] = work
+    _raise_if_empty(empty)
 
+    split_off = 0
     if raw_val is None:
         frames["train"], frames["val"] = hygiene.split_validation(
             frames["train"], params.val_fraction, params.seed)
         val_source = f"split from train (val_fraction={params.val_fraction}, seed={params.seed})"
+        split_off = len(frames["val"])
     else:
         val_source = raw_val.source
 
@@ -102,10 +120,11 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
         frames["train"] = frames["train"][~overlap].reset_index(drop=True)
         dropped["train"]["train_val_overlap"] += n_overlap
     if frames["train"].empty:
-        raise _nothing_left("train", dropped["train"], rows_in["train"])
+        _raise_if_empty([empty_split_message("train", rows_in["train"], dropped["train"], params,
+                                             split_off=split_off)])
     return frames["train"], frames["val"], Hygiene(
         rows_in=rows_in, dropped=dropped, bad_records=[b.describe() for b in skipped],
-        train_val_overlap=n_overlap, val_source=val_source)
+        train_val_overlap=n_overlap, val_source=val_source, val_split_off=split_off)
 
 
 def fit_split(work: pd.DataFrame, split: str, tokenizer: PreTrainedTokenizerBase,
@@ -129,6 +148,8 @@ def fit_split(work: pd.DataFrame, split: str, tokenizer: PreTrainedTokenizerBase
     if data.data_filter_overlong_prompts:
         fitted.work = work.drop(index=work.index[over]).reset_index(drop=True)
         fitted.dropped["overlong_prompt"] = int(over.size)
+        # Prompts over the limit are always counted exactly, so this is their true minimum.
+        fitted.shortest_overlong = int(scan.lengths[over].min())
         logger.info("%s: dropped %d prompt(s) longer than %d tokens", split, over.size, limit)
         return fitted
     if data.data_truncation == "error":
@@ -167,9 +188,88 @@ def _truncate(work: pd.DataFrame, rows: np.ndarray, split: str,
     return work
 
 
-def _nothing_left(split: str, dropped: Counter, rows_in: int) -> DataError:
-    return DataError(f"no {split} rows left after cleaning ({rows_in} in); dropped: "
-                     f"{dict(dropped) or 'none'}")
+def fit_splits(works: dict[str, pd.DataFrame], hygiene: dict[str, Any],
+               tokenizer: PreTrainedTokenizerBase, params: DataPrepParams,
+               data: DataParams) -> dict[str, FittedSplit]:
+    """:func:`fit_split` for each split, failing if the length filter leaves one empty.
+
+    Args:
+        works: The work frames by split, as :func:`clean_splits` left them.
+        hygiene: :meth:`Hygiene.as_dict` of that cleaning, so that an empty split's error
+            counts every row that came in and every drop, cleaning's and the filter's.
+
+    Raises:
+        DataError: As :func:`fit_split`; or when a split has no rows left. An empty prompt
+            file would only fail later, in training, with an IndexError and no cause.
+    """
+    fitted = {split: fit_split(works[split], split, tokenizer, params, data) for split in SPLITS}
+    empty = []
+    for split, fit in fitted.items():
+        if fit.work.empty:
+            rows_in, split_off = _rows_in(hygiene, split)
+            empty.append(empty_split_message(
+                split, rows_in, Counter(hygiene["dropped"][split]) + fit.dropped, params,
+                split_off=split_off, limit=data.data_max_prompt_length,
+                shortest=fit.shortest_overlong))
+    _raise_if_empty(empty)
+    return fitted
+
+
+def empty_split_message(split: str, rows_in: int, dropped: Counter, params: DataPrepParams, *,
+                        split_off: int = 0, limit: int | None = None,
+                        shortest: int | None = None) -> str:
+    """Why a split has no rows left: the rows that came in, each reason's drops and what
+    to change for it.
+
+    Args:
+        split: ``train`` or ``val``.
+        rows_in: Rows of the split's input (for val split off train: the rows split off).
+        dropped: Rows dropped by reason, over every step so far.
+        split_off: Train rows moved to val (for train), or the rows val was made of (for val).
+        limit: ``data.data_max_prompt_length``, once lengths were filtered.
+        shortest: Tokens of the shortest prompt dropped as overlong.
+    """
+    if split == "train" and split_off:
+        came = f"{rows_in} train row(s) came in ({split_off} of them split off as val)"
+    elif split == "val" and split_off:
+        came = f"{rows_in} val row(s) came in (split off train)"
+    else:
+        came = f"{rows_in} {split} row(s) came in"
+    causes = [f"    {reason}: {dropped[reason]} - {_drop_hint(reason, params, limit, shortest)}"
+              for reason in DROP_REASONS if dropped.get(reason)]
+    return f"  no {split} prompts left: {came}, dropped:\n" + "\n".join(causes or ["    none"])
+
+
+def _rows_in(hygiene: dict[str, Any], split: str) -> tuple[int, int]:
+    split_off = hygiene.get("val_split_off", 0)
+    if split == "val" and split_off:
+        return split_off, split_off
+    return hygiene["rows_in"][split], split_off
+
+
+def _drop_hint(reason: str, params: DataPrepParams, limit: int | None,
+               shortest: int | None) -> str:
+    if reason == "overlong_prompt":
+        raise_to = (f"; the shortest has {shortest} tokens: raise it to at least {shortest}"
+                    if shortest is not None else ": raise it")
+        return (f"longer than data.data_max_prompt_length={limit}{raise_to}, or shorten "
+                "prompts instead with data.data_filter_overlong_prompts=false and "
+                "data.data_truncation=left, right or middle")
+    if reason == "no_ground_truth":
+        regex = (f", answer_regex={params.answer_regex!r}"
+                 if params.answer_extraction == "regex" else "")
+        return (f"no ground truth found by data_prep.answer_extraction="
+                f"{params.answer_extraction!r}{regex} in answer_column="
+                f"{params.answer_column!r}: check them against the data")
+    return _DROP_HINTS[reason]
+
+
+def _raise_if_empty(messages: list[str]) -> None:
+    # Raised before the node returns, so Kedro saves none of its outputs: no prompt file
+    # with zero rows is published for training to pick up.
+    if messages:
+        raise DataError("every row of a split was dropped; nothing was written:\n"
+                        + "\n".join(messages))
 
 
 def _list_problems(headline: str, items: list[str], advice: str) -> str:

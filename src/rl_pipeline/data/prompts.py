@@ -23,6 +23,7 @@ from rl_pipeline.data.records import BadRecord, RawRecords
 _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
 
 WORK_COLUMNS = ["question", "answer", "ground_truth", "origin", "line"]
+_SHOWN = 40  # characters of a mistyped value quoted in a bad-record message
 
 
 class DataError(ValueError):
@@ -55,6 +56,24 @@ def extract_ground_truth(answer: Any, params: DataPrepParams) -> str | None:
     return text.strip() or None
 
 
+def field_type_problems(record: dict[str, Any], params: DataPrepParams) -> list[str]:
+    """The fields read as text that hold something else, each as ``field 'question' is int
+    (12345), expected a string``; empty when every such field has its type.
+
+    Prompt fields must be strings: a number or a list there is a wrong column mapping or a
+    broken export, and writing it into the prompt as ``"12345"`` would hide that. The answer
+    may also be an integer (Hugging Face math sets store final answers as int64 columns,
+    and ``str`` of an int is exact); not a bool or a float, whose text is not the answer.
+    """
+    problems = [_type_problem(name, record[name], "a string")
+                for name in dict.fromkeys(prompt_fields(params))
+                if not isinstance(record[name], str)]
+    answer = record[params.answer_column]
+    if not (isinstance(answer, str) or (isinstance(answer, int) and not isinstance(answer, bool))):
+        problems.append(_type_problem(params.answer_column, answer, "a string or an integer"))
+    return problems
+
+
 def user_content(question: str, params: DataPrepParams) -> str:
     """The user message: the question, then the instruction after one space."""
     return f"{question} {params.instruction}" if params.instruction else question
@@ -79,7 +98,8 @@ def extract_work_frame(
 
     Returns:
         The work frame, the count of dropped rows by reason, and the records that lack a
-        field the prompt or answer needs (bad records, handled by ``on_bad_record``).
+        field the prompt or answer needs, or hold it as another type than text (bad
+        records, handled by ``on_bad_record``).
 
     Raises:
         DataError: If the input has no records, or a needed column is in none of them.
@@ -98,6 +118,10 @@ def extract_work_frame(
         if missing:
             bad.append(BadRecord(raw.source, line, f"missing field(s) {', '.join(missing)}; "
                                  f"fields found: {', '.join(sorted(record))}", raw.unit))
+            continue
+        mistyped = field_type_problems(record, params)
+        if mistyped:
+            bad.append(BadRecord(raw.source, line, "; ".join(mistyped), raw.unit))
             continue
         question = question_text(record, params).strip()
         if not question:
@@ -156,6 +180,14 @@ def _check_columns(raw: RawRecords, needed: list[str], params: DataPrepParams) -
             f"record; columns found: {', '.join(sorted(seen))}. Set the data_prep parameters "
             f"({hint}, answer_column) to this dataset's columns."
         )
+
+
+def _type_problem(name: str, value: Any, expected: str) -> str:
+    if value is None:
+        return f"field {name!r} is null, expected {expected}"
+    shown = repr(value)
+    shown = shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."
+    return f"field {name!r} is {type(value).__name__} ({shown}), expected {expected}"
 
 
 def _as_text(value: Any) -> str:

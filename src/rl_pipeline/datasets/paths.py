@@ -105,3 +105,31 @@ class PathDataset(LocalPathDataset[None]):
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(), "must_exist": self._must_exist}
+
+
+class CheckpointRootDataset(PathDataset):
+    """``train_checkpoints``: the folder of one folder per training run identity. Loads a
+    :class:`~rl_pipeline.engines.run_identity.CheckpointRoot`: its absolute path and how many
+    identities' checkpoints the train stage keeps (the most recently used; older ones are
+    deleted after a successful run).
+
+    Args:
+        path: The folder (created by the first training run).
+        keep_identities: Identities to keep, the current one included.
+    """
+
+    def __init__(self, *, path: str, keep_identities: int = 3,
+                 metadata: dict[str, Any] | None = None) -> None:
+        if keep_identities < 1:
+            raise DatasetError(f"keep_identities={keep_identities}: at least 1 (the run that "
+                               "just trained)")
+        super().__init__(path=path, must_exist=False, metadata=metadata)
+        self._keep = keep_identities
+
+    def load(self) -> Any:
+        from rl_pipeline.engines.run_identity import CheckpointRoot
+
+        return CheckpointRoot(str(super().load()), keep_identities=self._keep)
+
+    def _describe(self) -> dict[str, Any]:
+        return {**super()._describe(), "keep_identities": self._keep}

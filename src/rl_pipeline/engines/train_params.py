@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, field_validator
@@ -34,8 +36,28 @@ class TrainParams(ParamGroup):
         "on Ray before the run stops, naming what could not be placed and what each node has "
         "(verl itself waits forever: a node whose GPUs another job holds hangs the run). null: "
         "wait as long as it takes (an autoscaling cluster that adds nodes on demand).")
+    resume: str = Field(
+        "auto", description="auto: a rerun of the same run identity (base model, training "
+        "prompts, engine parameters, data and reward settings) resumes from its newest "
+        "checkpoint, or trains no further when it is complete; another identity trains "
+        "afresh in a folder of its own. never: discard this identity's checkpoints and train "
+        "afresh. A path: resume from that checkpoint (trl's checkpoint-N, verl's "
+        "global_step_N), whatever run wrote it.")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
     trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
+
+    @field_validator("resume")
+    @classmethod
+    def _resume_point(cls, value: str) -> str:
+        if value in ("auto", "never"):
+            return value
+        folder = Path(value)
+        if not folder.is_dir() or not re.fullmatch(r"(checkpoint-|global_step_)\d+",
+                                                    folder.name):
+            raise ValueError(f"auto, never, or a checkpoint folder (checkpoint-N of trl, "
+                             f"global_step_N of verl); {value!r} is "
+                             + ("not a folder" if not folder.is_dir() else "not named so"))
+        return str(folder.resolve())
 
     @field_validator("engine")
     @classmethod

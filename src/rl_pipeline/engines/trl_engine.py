@@ -190,8 +190,9 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
 
 def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame | None, model_path: str, output_dir: str | Path,
-              callbacks: Sequence[TrainerCallback] = ()) -> TrainRun:
-    """Train, resuming from the newest checkpoint in ``output_dir`` when there is one.
+              callbacks: Sequence[TrainerCallback] = (), resume: str = "auto") -> TrainRun:
+    """Train, resuming from the newest checkpoint in ``output_dir`` when there is one; a run
+    whose newest checkpoint is its last step is complete and trains no further.
 
     Args:
         params: ``train.trl``, its followers resolved (:func:`with_owners`).
@@ -203,6 +204,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
             ``save_total_limit``; the last step is always saved); a rerun resumes from the
             newest.
         callbacks: Further trainer callbacks.
+        resume: ``train.resume``: auto (the newest checkpoint in ``output_dir``), never, or
+            a checkpoint folder to resume from.
 
     Returns:
         The run: its summary, the logged history, the checkpoint folder.
@@ -210,10 +213,13 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     from transformers import AutoTokenizer, set_seed
     from transformers.trainer_utils import get_last_checkpoint
 
-    set_seed(params.seed)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     on_cpu = not torch.cuda.is_available()
+    last = {"auto": get_last_checkpoint(str(output_dir)), "never": None}.get(resume, resume)
+    if resume == "auto" and last and (done := _completed(Path(last), output_dir, params)):
+        return done
+    set_seed(params.seed)
     config = grpo_config(params, str(output_dir), use_cpu=on_cpu, save_strategy="steps",
                          logging_strategy="steps", disable_tqdm=False)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
@@ -227,8 +233,7 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
                       else None),
         processing_class=tokenizer, peft_config=lora_config(params),
         callbacks=[step_logger, *callbacks])
-    last = get_last_checkpoint(str(output_dir))
-    resumed_from = trainer.state.global_step
+    resumed_from = 0
     if last:
         resumed_from = int(Path(last).name.split("-")[-1])
         logger.info("Resuming from %s", last)
@@ -236,17 +241,52 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     trainer.train(resume_from_checkpoint=last)
     seconds = time.perf_counter() - started
 
-    history = step_logger.history
-    summary = {"engine": "trl", "algorithm": params.algorithm_adv_estimator,
-               "steps": trainer.state.global_step, "max_steps": trainer.state.max_steps,
-               "resumed_from_step": resumed_from, "seconds": round(seconds, 1),
-               "checkpoints": str(output_dir), "device": "cpu" if on_cpu else "cuda",
-               "lora": params.apply_lora,
-               "final_metrics": next(({k: v for k, v in h.items() if k != "step"}
-                                      for h in reversed(history) if "reward" in h), {}),
-               "first_reward": _first(history, "reward"), "last_reward": _first(
-                   history[::-1], "reward")}
-    return TrainRun(summary=summary, history=history, checkpoints=output_dir)
+    # The whole run's history: a resumed trainer carries the earlier steps' logs in its state.
+    history = _history(trainer.state.log_history) or step_logger.history
+    return TrainRun(summary=_summary(params, trainer.state.global_step,
+                                     trainer.state.max_steps, resumed_from, seconds,
+                                     output_dir, history),
+                    history=history, checkpoints=output_dir)
+
+
+def _completed(last: Path, output_dir: Path, params: TrlParams) -> TrainRun | None:
+    """The run in ``output_dir`` when its newest checkpoint is its last step, else None."""
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(str(last / "trainer_state.json"))
+    if state.global_step < state.max_steps:
+        return None
+    logger.info("The run in %s is complete (step %d of %d): nothing to train; its result is "
+                "exported again (train.resume=never trains it afresh)", output_dir,
+                state.global_step, state.max_steps)
+    history = _history(state.log_history)
+    summary = _summary(params, state.global_step, state.max_steps, state.global_step, 0.0,
+                       output_dir, history)
+    return TrainRun(summary={**summary, "already_complete": True}, history=history,
+                    checkpoints=output_dir)
+
+
+def _summary(params: TrlParams, steps: int, max_steps: int, resumed_from: int,
+             seconds: float, output_dir: Path, history: list[dict[str, float]],
+             ) -> dict[str, Any]:
+    return {"engine": "trl", "algorithm": params.algorithm_adv_estimator,
+            "steps": steps, "max_steps": max_steps, "resumed_from_step": resumed_from,
+            "already_complete": False, "seconds": round(seconds, 1),
+            "checkpoints": str(output_dir),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "lora": params.apply_lora,
+            "final_metrics": next(({k: v for k, v in h.items() if k != "step"}
+                                   for h in reversed(history) if "reward" in h), {}),
+            "first_reward": _first(history, "reward"),
+            "last_reward": _first(history[::-1], "reward")}
+
+
+def _history(log_history: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The trainer's per-step logs as :class:`StepLogger` records them."""
+    return [{"step": entry["step"], **{k: float(v) for k, v in entry.items()
+                                       if k != "step" and isinstance(v, int | float)
+                                       and math.isfinite(v)}}
+            for entry in log_history if "step" in entry]
 
 
 # Trainer state in a checkpoint folder: for resuming, not part of the trained model.
@@ -294,7 +334,8 @@ class TrlEngine(Engine):
     def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
         run = train_trl(with_owners(setup.train.trl, setup.data), setup.reward, train_prompts,
-                        val_prompts, setup.base_model, setup.checkpoints_dir)
+                        val_prompts, setup.base_model, setup.checkpoints_dir,
+                        resume=setup.train.resume)
         run.summary["mlflow_run_id"] = run_id
         return run
 

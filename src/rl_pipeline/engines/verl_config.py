@@ -135,6 +135,18 @@ class LaunchInputs:
     tracking_uri: str | None = None
     ray_address: str | None = None
     shared_root: str | None = None
+    resume: str = "auto"  # train.resume: auto, never, or a global_step_N folder
+
+
+def resume_overrides(resume: str) -> list[str]:
+    """``train.resume`` as verl's resume settings. The checkpoint folder is the run
+    identity's own (:mod:`rl_pipeline.engines.run_identity`), so ``auto`` resumes only the
+    same run."""
+    if resume == "auto":
+        return ["trainer.resume_mode=auto", "trainer.resume_from_path=null"]
+    if resume == "never":
+        return ["trainer.resume_mode=disable", "trainer.resume_from_path=null"]
+    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={_hydra_value(resume)}"]
 
 
 def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: RewardParams,
@@ -166,7 +178,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
         f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
         f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
-        "trainer.resume_mode=auto",
+        *resume_overrides(inputs.resume),
         "trainer.logger=[console,mlflow]",
         "trainer.project_name=rl_pipeline",
     ]

@@ -182,7 +182,9 @@ def train_verl(overrides: list[str], run_id: str | None,
     verl starts a local Ray unless the overrides name a cluster (``ray_kwargs.ray_init.
     address``), applying its own runtime_env merged with ours (MLflow, pip). With
     ``MLFLOW_RUN_ID`` verl's per-step metrics land in the train stage's MLflow run.
-    ``trainer.resume_mode`` is ``auto``: a rerun continues from the newest checkpoint.
+    With ``train.resume=auto`` (``trainer.resume_mode=auto`` in the run identity's own
+    folder) a rerun continues from the newest checkpoint, and a complete run trains no
+    further; afterwards the newest checkpoint must be the planned last step.
     A Ray that verl started is shut down when it ends, whether it succeeded or failed.
 
     Args:
@@ -208,7 +210,20 @@ def train_verl(overrides: list[str], run_id: str | None,
 
     config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
     checkpoints = Path(config.trainer.default_local_dir)
-    resumed_from = latest_step(checkpoints)
+    planned = planned_steps(config)
+    resumed_from = latest_step(checkpoints) if config.trainer.resume_mode == "auto" else 0
+    if config.trainer.resume_mode == "resume_path":
+        resumed_from = int(Path(config.trainer.resume_from_path).name.rsplit("_", 1)[-1])
+    summary = {"engine": "verl", "planned_steps": planned, "resumed_from_step": resumed_from,
+               "already_complete": False, "checkpoints": str(checkpoints),
+               "mlflow_run_id": run_id, "command": command_line(overrides),
+               "lora": config.actor_rollout_ref.model.lora_rank > 0}
+    if config.trainer.resume_mode == "auto" and resumed_from >= planned:
+        logger.info("The run in %s is complete (step %d of %d): nothing to train; its result "
+                    "is exported again (train.resume=never trains it afresh)", checkpoints,
+                    resumed_from, planned)
+        return TrainRun(summary={**summary, "steps": resumed_from, "seconds": 0.0,
+                                 "already_complete": True}, history=[], checkpoints=checkpoints)
     if resumed_from:
         logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
     started = time.perf_counter()
@@ -235,12 +250,9 @@ def train_verl(overrides: list[str], run_id: str | None,
         # and eval run next in this process and need it back.
         if own_ray and ray.is_initialized():
             ray.shutdown()
-    summary = {"engine": "verl", "steps": latest_step(checkpoints),
-               "resumed_from_step": resumed_from,
-               "seconds": round(time.perf_counter() - started, 1),
-               "checkpoints": str(checkpoints), "mlflow_run_id": run_id,
-               "command": command_line(overrides),
-               "lora": config.actor_rollout_ref.model.lora_rank > 0}
+    summary.update(steps=latest_step(checkpoints),
+                   seconds=round(time.perf_counter() - started, 1))
+    check_step_count(checkpoints, planned, resumed_from)
     history = _reward_history(run_id) if run_id else []
     if run_id and summary["steps"] > resumed_from and not history:
         # verl's MLflow logger swallows its start-up errors (an unreachable tracking URI).
@@ -252,6 +264,42 @@ def train_verl(overrides: list[str], run_id: str | None,
                            "use a tracking server, conf/local/README.md). The checkpoints are "
                            f"in {checkpoints}.")
     return TrainRun(summary=summary, history=history, checkpoints=checkpoints)
+
+
+def planned_steps(config: DictConfig) -> int:
+    """The steps verl's trainer will run: ``trainer.total_training_steps`` when set, else
+    whole batches of the training prompts (its loader drops the last partial one) times the
+    epochs, as ``RayPPOTrainer`` counts them."""
+    if config.trainer.total_training_steps is not None:
+        return int(config.trainer.total_training_steps)
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _files(config.data.train_files))
+    return rows // config.data.train_batch_size * config.trainer.total_epochs
+
+
+def check_step_count(checkpoints: Path, planned: int, resumed_from: int) -> None:
+    """verl ended where it planned to, or fail loudly.
+
+    verl resumed from a checkpoint saved at an epoch boundary can skip an epoch and exit 0
+    (verl issue #7401); its last checkpoint then stops short of the planned steps.
+
+    Raises:
+        RuntimeError: Naming the steps planned, resumed from and reached.
+    """
+    reached = latest_step(checkpoints)
+    if reached != planned:
+        raise RuntimeError(
+            f"verl planned {planned} steps and, resumed from step {resumed_from}, its newest "
+            f"checkpoint in {checkpoints} is step {reached}: {planned - reached:+d} steps "
+            "were not run (verl issue #7401: a resume from an epoch boundary can skip an "
+            "epoch and still exit 0). The checkpoints are kept; rerun to resume, or "
+            "train.resume=never to train afresh. With trainer_save_freq set, the last step "
+            "is always saved.")
+
+
+def _files(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _reward_history(run_id: str) -> list[dict[str, float]]:
@@ -302,7 +350,7 @@ class VerlEngine(Engine):
             checkpoints_dir=setup.checkpoints_dir,
             tracking_uri=tracking_uri_for_workers(mlflow.get_tracking_uri()),
             ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None,
-            shared_root=params.shared_root)
+            shared_root=params.shared_root, resume=params.resume)
         plan = plan_verl(params.verl, setup.data, setup.reward, inputs, gpus_visible=gpus,
                          training=training, train_rows=setup.train_rows,
                          contact_cluster=True)

@@ -129,9 +129,13 @@ def _training_result(lora_adapter: str | None,
             return "full_model", Path(lora_adapter)
         if _holds_adapter(Path(lora_adapter)):
             return "adapter", _adapter_folder(Path(lora_adapter))
-        # verl's full fine-tuning run records itself here; its weights are in the checkpoint.
-        logger.info("%s holds no adapter (full fine-tuning): converting the newest checkpoint",
-                    lora_adapter)
+        # verl's full fine-tuning run records itself here; its weights are in the checkpoint
+        # it names (in the run identity's folder under train_checkpoints).
+        recorded = _read_json(Path(lora_adapter) / TRAINING_RUN).get("checkpoint")
+        logger.info("%s holds no adapter (full fine-tuning): converting the checkpoint %s",
+                    lora_adapter, recorded or "newest in train_checkpoints")
+        if recorded and Path(recorded).is_dir():
+            return "checkpoint", Path(recorded)
     actor = latest_actor_checkpoint(train_checkpoints) if train_checkpoints else None
     if actor is None:
         raise ValueError("nothing to merge: no lora_adapter and no verl checkpoint in "

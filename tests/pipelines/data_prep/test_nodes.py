@@ -29,8 +29,8 @@ def _run_all(train: Path, val: Path | None, tokenizer_dir: Path, prep: dict, dat
     prep, data = DataPrepParams.model_validate(prep), DataParams.model_validate(data)
     train_work, val_work, hygiene = clean_prompt_splits(
         read_jsonl(train), read_jsonl(val) if val else None, prep, data)
-    train_p, val_p, lengths = fit_prompt_lengths(train_work, val_work, str(tokenizer_dir),
-                                                  prep, data)
+    train_p, val_p, lengths = fit_prompt_lengths(train_work, val_work, hygiene,
+                                                  str(tokenizer_dir), prep, data)
     report, metrics, figure = report_data_prep(hygiene, lengths, data, prep)
     return train_p, val_p, report, metrics, figure
 
@@ -110,12 +110,103 @@ def test_skip_drops_bad_lines_and_the_report_counts_them(tmp_path, tokenizer_dir
     assert "not UTF-8" in skipped[1] and "missing field(s) question" in skipped[2]
 
 
-def test_nothing_left_after_filtering_says_so(tmp_path, prep_params, data_params) -> None:
+def test_nothing_left_after_cleaning_names_rows_reasons_and_parameters(tmp_path, prep_params,
+                                                                       data_params) -> None:
     path = write_jsonl(tmp_path / "noanswers.jsonl",
-                       [{"question": f"q{i}", "answer": "no number"} for i in range(5)])
-    with pytest.raises(DataError, match="no train rows left after cleaning.*no_ground_truth"):
+                       [{"question": f"q{i}", "answer": "no number"} for i in range(5)]
+                       + [{"question": "  ", "answer": "#### 1"}, {"question": 7, "answer": "1"}])
+    params = DataPrepParams.model_validate({**prep_params, "on_bad_record": "skip"})
+    with pytest.raises(DataError) as err:
+        clean_prompt_splits(read_jsonl(path), None, params,
+                            DataParams.model_validate(data_params))
+    message = str(err.value)
+    assert "no train prompts left: 7 train row(s) came in, dropped:" in message
+    assert "    bad_record: 1 - " in message
+    assert ("    no_ground_truth: 5 - no ground truth found by data_prep.answer_extraction="
+            "'gsm8k' in answer_column='answer'") in message
+    assert "    empty_prompt: 1 - empty text in the prompt field(s)" in message
+    assert "val prompts" not in message  # no validation input: nothing to say about val
+
+
+def _prompt_tokens(tokenizer, questions: list[str], params: DataPrepParams) -> list[int]:
+    """Each prompt's tokens as verl counts them: the chat template with the generation prompt."""
+    return [len(tokenizer.apply_chat_template(chat_messages(q, params), add_generation_prompt=True,
+                                              tokenize=True)["input_ids"]) for q in questions]
+
+
+def test_a_split_left_empty_by_the_length_filter_fails_counting_both_stages(
+        tmp_path, tokenizer_dir, tokenizer, prep_params, data_params) -> None:
+    records = read_gsm8k(n=60)
+    train = write_jsonl(tmp_path / "train.jsonl", records[:50] + records[:3])  # 3 duplicates
+    val = write_jsonl(tmp_path / "val.jsonl", records[50:])
+    data = {**data_params, "data_max_prompt_length": 5}
+    with pytest.raises(DataError) as err:
+        _run_all(train, val, tokenizer_dir, prep_params, data)
+    message = str(err.value)
+    params = DataPrepParams.model_validate(prep_params)
+    shortest = {split: min(_prompt_tokens(tokenizer, [r["question"] for r in rows], params))
+                for split, rows in (("train", records[:50]), ("val", records[50:]))}
+    assert message.startswith("every row of a split was dropped; nothing was written:")
+    assert "no train prompts left: 53 train row(s) came in, dropped:" in message
+    assert "    duplicate_prompt: 3 - " in message  # cleaning's drop, from data_prep_hygiene
+    assert (f"    overlong_prompt: 50 - longer than data.data_max_prompt_length=5; the shortest "
+            f"has {shortest['train']} tokens: raise it to at least {shortest['train']}, or "
+            "shorten prompts instead with data.data_filter_overlong_prompts=false") in message
+    assert "no val prompts left: 10 val row(s) came in, dropped:" in message
+    assert (f"    overlong_prompt: 10 - longer than data.data_max_prompt_length=5; the shortest "
+            f"has {shortest['val']} tokens") in message
+    assert "bad_record" not in message  # reasons that dropped nothing are not listed
+
+
+def test_an_empty_split_off_validation_says_where_its_rows_came_from(
+        gsm_files, tokenizer_dir, prep_params, data_params) -> None:
+    prep = DataPrepParams.model_validate({**prep_params, "val_fraction": 0.2})
+    data = DataParams.model_validate({**data_params, "data_max_prompt_length": 5})
+    train_work, val_work, hygiene = clean_prompt_splits(read_jsonl(gsm_files[0]), None, prep,
+                                                        data)
+    with pytest.raises(DataError) as err:
+        fit_prompt_lengths(train_work, val_work, hygiene, str(tokenizer_dir), prep, data)
+    message = str(err.value)
+    assert ("no train prompts left: 50 train row(s) came in (10 of them split off as val), "
+            "dropped:\n    overlong_prompt: 40 - ") in message
+    assert ("no val prompts left: 10 val row(s) came in (split off train), dropped:\n"
+            "    overlong_prompt: 10 - ") in message
+
+
+def test_wrongly_typed_fields_fail_naming_file_line_field_and_types(tmp_path, prep_params,
+                                                                   data_params) -> None:
+    good = read_gsm8k(n=1)[0]
+    path = write_jsonl(tmp_path / "train.jsonl", [
+        good, {"question": 12345, "answer": "... #### 5"},
+        {"question": "How many?", "answer": ["#### 1", "#### 2"]}])
+    with pytest.raises(DataError) as err:
         clean_prompt_splits(read_jsonl(path), None, DataPrepParams.model_validate(prep_params),
                             DataParams.model_validate(data_params))
+    message = str(err.value)
+    assert f"2 bad record(s) in {path}:" in message
+    assert f"{path}, line 2: field 'question' is int (12345), expected a string" in message
+    assert (f"{path}, line 3: field 'answer' is list (['#### 1', '#### 2']), expected a string "
+            "or an integer") in message
+    assert "on_bad_record=skip" in message
+
+
+def test_skip_drops_wrongly_typed_records_and_the_report_counts_them(
+        tmp_path, tokenizer_dir, prep_params, data_params) -> None:
+    records = read_gsm8k(n=11)
+    train = write_jsonl(tmp_path / "train.jsonl", [
+        records[0], {"question": 12345, "answer": "... #### 5"},
+        {"question": "How many?", "answer": ["#### 1", "#### 2"]}])
+    val = write_jsonl(tmp_path / "val.jsonl", records[1:])
+    params = {**prep_params, "on_bad_record": "skip"}
+    train_p, val_p, report, _, _ = _run_all(train, val, tokenizer_dir, params, data_params)
+    assert list(train_p["extra_info"].map(lambda e: e["question"])) == [records[0]["question"]]
+    assert len(val_p) == 10
+    assert report["rows_in"]["train"] == 3
+    assert report["dropped_by_split"]["train"]["bad_record"] == 2
+    assert report["bad_records_skipped"] == [
+        f"{train}, line 2: field 'question' is int (12345), expected a string",
+        f"{train}, line 3: field 'answer' is list (['#### 1', '#### 2']), expected a string "
+        "or an integer"]
 
 
 def test_overlong_prompts_are_dropped_and_counted(gsm_files, tokenizer_dir, tokenizer,

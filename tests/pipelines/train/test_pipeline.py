@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
 from rl_pipeline.config import MergeParams, RewardParams
 from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.engines.run_identity import CheckpointRoot
+from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
 from tests.conftest import train_catalog
 
@@ -35,7 +38,10 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
     adapter = Path(outputs["lora_adapter"].load())
     assert (adapter / "adapter_config.json").is_file()
     assert json.loads((adapter / TRAINING_RUN).read_text())["steps"] == 2
-    assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == \
+    # The checkpoints are in the folder of the run's identity, which preflight reported.
+    folder = checkpoints / summary["identity"][:12]
+    assert summary["checkpoints"] == report["checkpoints"] == str(folder)
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == \
         ["checkpoint-1", "checkpoint-2"]
     assert outputs["train_metrics"].load()["steps"]["value"] == 2.0
     assert isinstance(outputs["reward_curve"].load(), Figure)
@@ -76,3 +82,65 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
     # The merged model is the trained one (to bfloat16 precision), and training changed it.
     assert torch.allclose(logits["merged"], logits["trained"], rtol=4e-2, atol=4e-2)
     assert (logits["trained"] - logits["base"]).abs().max() > 1e-3
+
+
+def _run(catalog: DataCatalog) -> dict:
+    return SequentialRunner().run(create_pipeline(), catalog)["train_summary"].load()
+
+
+def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
+        tiny_model_dir, tmp_path, data_params) -> None:
+    """The measured scenario of issue 17: a rerun used to resume the old run in one fixed
+    folder, past max_steps at learning rate 0, and never took a changed learning rate."""
+    root = tmp_path / "models" / "train_checkpoints"
+    trl = {**TRL, "lr_scheduler_type": "linear", "warmup_ratio": 0.0, "learning_rate": 1e-3}
+    first = _run(_catalog(tiny_model_dir, tmp_path, data_params, trl))
+    folder = Path(first["checkpoints"])
+    assert (first["steps"], first["resumed"], first["already_complete"]) == (2, False, False)
+    saved = {p.name: p.stat().st_mtime_ns for p in folder.glob("checkpoint-*/*.safetensors")}
+
+    # The same configuration again: complete, so no step runs and nothing is rewritten.
+    again = _run(_catalog(tiny_model_dir, tmp_path, data_params, trl))
+    assert (again["identity"], again["checkpoints"]) == (first["identity"], str(folder))
+    assert (again["steps"], again["already_complete"], again["resumed"]) == (2, True, True)
+    assert again["seconds"] == 0.0
+    assert {p.name: p.stat().st_mtime_ns
+            for p in folder.glob("checkpoint-*/*.safetensors")} == saved
+
+    # Another learning rate: another identity, trained from the base at the new rate.
+    changed = _run(_catalog(tiny_model_dir, tmp_path, data_params,
+                            {**trl, "learning_rate": 5e-4}))
+    assert changed["identity"] != first["identity"]
+    assert (changed["steps"], changed["resumed_from_step"], changed["resumed"]) == (2, 0, False)
+    # Half the rate at every step of the same schedule, from step 1: not the old run's tail.
+    old_rates = _learning_rates(folder)
+    assert sorted(old_rates) == [1, 2] and old_rates[1] > 0
+    assert _learning_rates(Path(changed["checkpoints"])) == pytest.approx(
+        {step: rate / 2 for step, rate in old_rates.items()})
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [first["identity"][:12], changed["identity"][:12]])
+
+    # train.resume=never trains the first identity afresh.
+    catalog = _catalog(tiny_model_dir, tmp_path, data_params, trl)
+    catalog["params:train"] = TrainParams.model_validate(
+        {"engine": "trl", "trl": trl, "resume": "never"})
+    retrained = SequentialRunner().run(create_pipeline(), catalog)["train_summary"].load()
+    assert (retrained["steps"], retrained["already_complete"], retrained["resumed"]) == \
+        (2, False, False)
+
+
+def test_only_the_last_identities_are_kept(tiny_model_dir, tmp_path, data_params) -> None:
+    trl = {**TRL, "max_steps": 1, "save_steps": 1}
+    for rate in (1e-3, 2e-3, 3e-3):
+        catalog = _catalog(tiny_model_dir, tmp_path, data_params, {**trl, "learning_rate": rate})
+        catalog["train_checkpoints_dir"] = MemoryDataset(CheckpointRoot(
+            str(tmp_path / "models" / "train_checkpoints"), keep_identities=2))
+        last = _run(catalog)
+    kept = sorted((tmp_path / "models" / "train_checkpoints").iterdir())
+    assert len(kept) == 2 and Path(last["checkpoints"]) in kept
+
+
+def _learning_rates(folder: Path) -> dict[int, float]:
+    newest = max(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    state = json.loads((newest / "trainer_state.json").read_text())
+    return {h["step"]: h["learning_rate"] for h in state["log_history"] if "learning_rate" in h}

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rl_pipeline.config import DataParams, DataPrepParams
-from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_split
+from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_splits
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.data.records import RawRecords
 from rl_pipeline.data.report import length_histogram
@@ -42,7 +42,7 @@ def clean_prompt_splits(
 
 
 def fit_prompt_lengths(
-    train_work: pd.DataFrame, val_work: pd.DataFrame, base_model: str,
+    train_work: pd.DataFrame, val_work: pd.DataFrame, hygiene: dict[str, Any], base_model: str,
     data_prep: DataPrepParams, data: DataParams,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Filter or truncate overlong prompts with the base model's tokenizer; emit verl's schema.
@@ -50,17 +50,22 @@ def fit_prompt_lengths(
     Args:
         train_work: Train work frame.
         val_work: Validation work frame.
+        hygiene: The cleaning counts (``data_prep_hygiene``), for the error on an empty split.
         base_model: Path of the base model (folder or GGUF) whose tokenizer counts tokens.
         data_prep: The ``data_prep`` parameter group.
         data: The shared ``data`` parameter group (length limit, filter, truncation).
 
     Returns:
         ``train_prompts``, ``val_prompts`` in verl's RLHFDataset schema, and a length summary.
+
+    Raises:
+        DataError: When the filter leaves a split empty; neither prompt file is then saved.
     """
     tokenizer = load_tokenizer(base_model)
     outputs, summary = [], {"tokenizer": base_model}
-    for split, work in zip(SPLITS, (train_work, val_work), strict=True):
-        fitted = fit_split(work, split, tokenizer, data_prep, data)
+    fitted_splits = fit_splits({"train": train_work, "val": val_work}, hygiene, tokenizer,
+                               data_prep, data)
+    for split, fitted in fitted_splits.items():
         outputs.append(to_verl_frame(fitted.work, data_prep, split, data.data_image_key))
         summary[split] = {"stats": fitted.stats, "dropped": dict(fitted.dropped),
                           "truncated": fitted.truncated, "rows_out": len(outputs[-1]),

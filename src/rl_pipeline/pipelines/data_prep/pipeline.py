@@ -13,7 +13,8 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=fit_prompt_lengths,
-            inputs=["train_work", "val_work", "base_model", "params:data_prep", "params:data"],
+            inputs=["train_work", "val_work", "data_prep_hygiene", "base_model",
+                    "params:data_prep", "params:data"],
             outputs=["train_prompts", "val_prompts", "prompt_lengths"],
             name="fit_prompt_lengths_node",
         ),

@@ -4,6 +4,8 @@ trains and exports through one interface (:class:`rl_pipeline.engines.base.Engin
 from __future__ import annotations
 
 import logging
+import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,14 @@ from matplotlib.figure import Figure
 
 from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.engines.base import TrainSetup, choose_engine, get_engine, reward_curve
+from rl_pipeline.engines.run_identity import (
+    CheckpointRoot,
+    RunIdentity,
+    claim,
+    previous_run_id,
+    prune,
+    run_identity,
+)
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.tracking import mlflow_metrics
 
@@ -22,8 +32,8 @@ Metrics = dict[str, dict[str, float]]
 
 
 def check_training_setup(train_prompts_file: str, val_prompts_file: str, base_model: str,
-                         train_checkpoints_dir: str, train: TrainParams, data: DataParams,
-                         reward: RewardParams,
+                         train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                         data: DataParams, reward: RewardParams,
                          ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
     """Check the training configuration without training (any machine).
 
@@ -31,50 +41,94 @@ def check_training_setup(train_prompts_file: str, val_prompts_file: str, base_mo
         The plan (engine and launch), the preflight report, the resolved engine config
         (YAML), the equivalent command line, and the resolved ``auto`` values as metrics.
     """
-    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model,
-                       train_checkpoints_dir, train, data, reward)
-    return _preflight(setup, training=False)
+    return _preflight(train_prompts_file, val_prompts_file, base_model, train_checkpoints_dir,
+                      train, data, reward, training=False)
 
 
 def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model: str,
-                     train_checkpoints_dir: str, train: TrainParams, data: DataParams,
-                     reward: RewardParams,
+                     train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                     data: DataParams, reward: RewardParams,
                      ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
     """The train pipeline's preflight: as :func:`check_training_setup`, and this machine
     must have what the engine needs (verl: the GPUs), checked first."""
-    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model,
-                       train_checkpoints_dir, train, data, reward)
-    return _preflight(setup, training=True)
+    return _preflight(train_prompts_file, val_prompts_file, base_model, train_checkpoints_dir,
+                      train, data, reward, training=True)
 
 
 def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
                 train_prompts_file: str, val_prompts_file: str, base_model: str,
-                train_checkpoints_dir: str, train: TrainParams, data: DataParams,
-                reward: RewardParams) -> tuple[str, dict[str, Any], Metrics, Figure]:
-    """Train with the planned engine; checkpoints go to ``train_checkpoints``, and a rerun
-    resumes from the newest one.
+                train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                data: DataParams, reward: RewardParams,
+                ) -> tuple[str, dict[str, Any], Metrics, Figure]:
+    """Train with the planned engine in the folder of this run's identity
+    (:mod:`rl_pipeline.engines.run_identity`): a rerun of the same identity resumes where it
+    stopped, or trains no further when it is complete; another identity starts afresh.
 
     Returns:
-        The folder for ``lora_adapter``, the run summary, its numbers as metrics, and the
-        reward curve.
+        The folder for ``lora_adapter``, the run summary (with the identity and what was
+        resumed), its numbers as metrics, and the reward curve.
     """
-    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model,
-                       train_checkpoints_dir, train, data, reward)
-    engine = get_engine(plan["engine"])
+    root = _root(train_checkpoints_dir)
+    name = plan["engine"]
+    setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
+                                        root, train, data, reward, name)
+    if identity.fingerprint != plan.get("identity"):
+        raise RuntimeError(f"the inputs changed since preflight (run identity "
+                           f"{identity.short}, preflight checked {plan.get('identity')}); "
+                           "run the train pipeline again")
+    folder = Path(setup.checkpoints_dir)
+    if train.resume == "never" and folder.exists():
+        logger.info("train.resume=never: discarding the checkpoints in %s", folder)
+        shutil.rmtree(folder)
     run_id = run.info.run_id if (run := mlflow.active_run()) else None
+    before = claim(folder, identity, run_id)
+    engine = get_engine(name)
     result = engine.train(plan, setup, train_prompts, val_prompts, run_id)
-    adapter = engine.export(result, Path(train_checkpoints_dir).parent)
+    continued = result.summary.get("resumed_from_step", 0) > 0 or \
+        result.summary.get("already_complete", False)
+    earlier = previous_run_id(before) if continued else None
+    complete = result.summary.get("already_complete", False)
+    result.summary.update({
+        "identity": identity.fingerprint, "checkpoints": str(folder), "mlflow_run_id": run_id,
+        "resume": train.resume, "resumed": continued, "resumed_from_run": earlier,
+        # A complete run is only exported again: its weights are the earlier run's.
+        "weights_run_id": earlier if complete else run_id})
+    adapter = engine.export(result, Path(root.path).parent)
+    prune(root, folder)
     metrics = mlflow_metrics({k: result.summary[k]
                               for k in ("steps", "seconds", "resumed_from_step")})
     return str(adapter), result.summary, metrics, reward_curve(result.history, engine.name)
 
 
-def _preflight(setup: TrainSetup, *, training: bool,
+def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
+               train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+               data: DataParams, reward: RewardParams, *, training: bool,
                ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
-    name, why = choose_engine(setup.train.engine, torch.cuda.device_count())
+    name, why = choose_engine(train.engine, torch.cuda.device_count())
     logger.info("Engine: %s (%s)", name, why)
+    setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
+                                        _root(train_checkpoints_dir), train, data, reward,
+                                        name)
     checked = get_engine(name).preflight(setup, training=training)
     report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
+              "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
               **checked.report}
     metrics = mlflow_metrics({**checked.metrics, "train_prompts": setup.train_rows})
-    return checked.plan, report, checked.config_yaml, checked.command, metrics
+    plan = {**checked.plan, "identity": identity.fingerprint}
+    return plan, report, checked.config_yaml, checked.command, metrics
+
+
+def _identified_setup(train_prompts_file: str, val_prompts_file: str, base_model: str,
+                      root: CheckpointRoot, train: TrainParams, data: DataParams,
+                      reward: RewardParams, engine: str) -> tuple[TrainSetup, RunIdentity]:
+    """The setup with its checkpoints in the folder of its run identity."""
+    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model, root.path, train,
+                       data, reward)
+    identity = run_identity(setup, engine)
+    return replace(setup, checkpoints_dir=str(root.folder(identity))), identity
+
+
+def _root(train_checkpoints_dir: CheckpointRoot | str) -> CheckpointRoot:
+    if isinstance(train_checkpoints_dir, CheckpointRoot):
+        return train_checkpoints_dir
+    return CheckpointRoot(str(train_checkpoints_dir))

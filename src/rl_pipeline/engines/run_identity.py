@@ -1,0 +1,172 @@
+"""A training run's identity: what determines the trained weights, as one fingerprint.
+
+Checkpoints live in a folder per identity under ``train_checkpoints``. A rerun with the same
+identity resumes its own checkpoints (or finds the run complete and trains no further); a
+run whose base model, prompts, engine parameters, data settings or reward differ gets a
+folder of its own and never reads another identity's checkpoints. Without this, a rerun
+after changing the learning rate resumed the old run's optimizer and schedule, and a nightly
+run on new data published yesterday's model under today's lineage.
+
+Each identity folder holds :data:`IDENTITY_FILE`: the fingerprint, what went into it, and the
+MLflow runs that trained there (for lineage: which run a resume continues).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl_pipeline.engines.base import TrainSetup
+
+logger = logging.getLogger(__name__)
+
+IDENTITY_FILE = "run_identity.json"
+SHORT = 12  # hex digits of the fingerprint in folder names and tags
+# Files that shape tokenization and the chat template, read by content.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The fingerprint of a training run and the values it was taken over."""
+
+    fingerprint: str
+    inputs: dict[str, Any]
+
+    @property
+    def short(self) -> str:
+        return self.fingerprint[:SHORT]
+
+
+@dataclass(frozen=True)
+class CheckpointRoot:
+    """``train_checkpoints``: the folder holding one folder per run identity, and how many
+    identities to keep (the catalog's ``keep_identities``)."""
+
+    path: str
+    keep_identities: int = 3
+
+    def folder(self, identity: RunIdentity) -> Path:
+        return Path(self.path) / identity.short
+
+
+def run_identity(setup: TrainSetup, engine: str) -> RunIdentity:
+    """The identity of training ``engine`` on ``setup``.
+
+    It covers the base model (its weights' digest, recorded when it was resolved, and its
+    tokenizer files), the training prompts' content (not their version: a data_prep rerun
+    that writes the same rows continues the same run), the engine, every parameter of the
+    engine's group (the seed included), the ``data`` group and the ``reward`` group with its
+    file's content. The validation prompts are left out: they do not change the weights.
+    """
+    reward = setup.reward.model_dump(mode="json")
+    if setup.reward.custom_reward_function.path:
+        reward["file_sha256"] = _file_sha256(Path(setup.reward.custom_reward_function.path))
+    inputs = {"engine": engine, "base_model": model_identity(Path(setup.base_model)),
+              "train_prompts_sha256": _file_sha256(Path(setup.train_prompts_file)),
+              f"train.{engine}": _group(setup.train, engine),
+              "data": setup.data.model_dump(mode="json"), "reward": reward}
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return RunIdentity(digest, inputs)
+
+
+def _group(train: Any, engine: str) -> Any:
+    if engine not in type(train).model_fields:  # a registered engine may have no group
+        return None
+    return getattr(train, engine).model_dump(mode="json")
+
+
+def model_identity(folder: Path) -> dict[str, Any]:
+    """A model folder by content: the weights' digest that resolving it recorded (hashing
+    gigabytes again on every run would cost minutes), else every file's; and its tokenizer."""
+    from rl_pipeline.models.resolve import METADATA_FILE
+
+    metadata = _read_json(folder / METADATA_FILE)
+    out: dict[str, Any] = {"tokenizer_sha256": _files_sha256(
+        [folder / name for name in _TOKENIZER_FILES if (folder / name).is_file()])}
+    if metadata.get("weights_sha256"):
+        out.update(source=metadata.get("source"), weights_sha256=metadata["weights_sha256"])
+    else:
+        out["files_sha256"] = _files_sha256(sorted(p for p in folder.rglob("*") if p.is_file()))
+    return out
+
+
+def claim(folder: Path, identity: RunIdentity, mlflow_run_id: str | None) -> dict[str, Any]:
+    """Record that a run of ``identity`` trains in ``folder``; what was recorded before.
+
+    Returns:
+        The identity file as it was (empty for a new folder): its ``runs`` name the earlier
+        MLflow runs that trained here.
+
+    Raises:
+        RuntimeError: If the folder holds another identity's checkpoints.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    before = _read_json(folder / IDENTITY_FILE)
+    if before and before.get("fingerprint") != identity.fingerprint:
+        raise RuntimeError(f"{folder} holds the checkpoints of run identity "
+                           f"{before.get('fingerprint')}, not {identity.fingerprint}")
+    runs = [*before.get("runs", []), {"mlflow_run_id": mlflow_run_id, "started": time.time()}]
+    _write_json(folder / IDENTITY_FILE, {"fingerprint": identity.fingerprint,
+                                         "inputs": identity.inputs, "runs": runs})
+    return before
+
+
+def previous_run_id(before: dict[str, Any]) -> str | None:
+    """The MLflow run that last trained in an identity folder, from its identity file."""
+    return next((r["mlflow_run_id"] for r in reversed(before.get("runs", []))
+                 if r.get("mlflow_run_id")), None)
+
+
+def prune(root: CheckpointRoot, current: Path) -> list[Path]:
+    """Delete the identity folders beyond the ``keep_identities`` most recently used (the
+    current one always kept); what was deleted."""
+    folders = [p for p in Path(root.path).iterdir() if (p / IDENTITY_FILE).is_file()] \
+        if Path(root.path).is_dir() else []
+    folders.sort(key=lambda p: (p / IDENTITY_FILE).stat().st_mtime, reverse=True)
+    kept = {current.resolve()}
+    for folder in folders:
+        if len(kept) >= root.keep_identities:
+            break
+        kept.add(folder.resolve())
+    removed = [p for p in folders if p.resolve() not in kept]
+    for folder in removed:
+        logger.info("Removing the checkpoints of run identity %s (train_checkpoints keeps the "
+                    "last %d)", folder.name, root.keep_identities)
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
+def _file_sha256(path: Path) -> str:
+    return _files_sha256([path])
+
+
+def _files_sha256(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 23):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=2))
+    temporary.replace(path)  # atomic: a crash leaves the old file or the new one
