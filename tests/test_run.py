@@ -101,7 +101,9 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
     config = OmegaConf.load(reporting / "train_config_resolved.yaml")
     assert config.data.train_files == str(sorted(glob.glob(str(
         default_run / "data/05_model_input/train_prompts.parquet/*/*.parquet")))[-1])
-    assert config.trainer.default_local_dir == str(default_run / "data/06_models/train_checkpoints")
+    # The checkpoints go to the folder of the run's identity (issue 17).
+    assert config.trainer.default_local_dir == str(
+        default_run / "data/06_models/train_checkpoints" / report["identity"][:12])
     assert config.data.train_batch_size == 512 and config.actor_rollout_ref.rollout.n == 5
     # The saved command line is verl's own CLI: its overrides compose there too.
     command = shlex.split((reporting / "train_command.sh").read_text())
