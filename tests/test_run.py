@@ -261,7 +261,8 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
         metrics["trained"]["strict_accuracy"]
     assert evaluation.data.params["eval.max_prompts"] == "4"
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
-    assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png"}
+    assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png",
+                         "eval/eval_generations.json"}
 
     # The train stage again, unchanged: the same identity, complete, so nothing is trained;
     # its run says so and names the run whose weights it re-exports.

@@ -276,7 +276,20 @@ class EvalParams(ParamGroup):
     max_prompts: int | None = Field(
         None, gt=0, description="Evaluate the first N validation prompts (null: all).")
     n_samples: int = Field(
-        1, ge=1, description="Samples per prompt; pass@k is reported for k = 1..n_samples.")
+        1, ge=1, description="Samples per prompt (n): mean@n, and pass@k and maj@k for the k "
+        "of pass_k up to n.")
+    pass_k: list[int] = Field(
+        default_factory=lambda: [1, 4, 8], min_length=1,
+        description="The k of pass@k (unbiased estimator) and maj@k (majority vote over the "
+        "answers of the first k samples). A k above the samples per prompt (n_samples; 1 "
+        "when greedy) is skipped, and the report says so.")
+    correct_reward: float = Field(
+        1.0, description="A sample counts as correct for pass@k and maj@k when the reward "
+        "(the reward group's function, the headline) is at least this; the built-in rewards "
+        "pay 1.0 for a correct answer.")
+    bootstrap_resamples: int = Field(
+        10_000, ge=100, description="Resamples of the paired bootstrap over prompts that "
+        "gives every base-versus-trained delta its 95% interval (seeded by eval.seed).")
     greedy: bool = Field(False, description="Greedy decoding (one sample per prompt).")
     rollout_val_temperature: float = Field(
         0.7, ge=0, description="Sampling temperature for validation/evaluation (spec).")
@@ -293,7 +306,13 @@ class EvalParams(ParamGroup):
     vllm_gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm back end). "
         "Follows train.verl.rollout_gpu_memory_utilization (null); another value is refused.")
-    seed: int = Field(42, description="Sampling seed.")
+    seed: int = Field(42, description="Sampling seed, and the bootstrap's.")
+
+    @model_validator(mode="after")
+    def _positive_k(self) -> EvalParams:
+        if any(k < 1 for k in self.pass_k):
+            raise ValueError(f"eval.pass_k={self.pass_k}: every k must be at least 1")
+        return self
 
 
 class MergeParams(ParamGroup):

@@ -1,11 +1,24 @@
-"""Evaluation metrics: accuracies, rewards, unbiased pass@k, lengths, per data source."""
+"""Evaluation metrics: the headline reward, pass@k, maj@k, mean@n, GSM8K's strict and
+flexible accuracies, lengths, per data source.
+
+Every accuracy metric is a mean over prompts of a per-prompt score
+(:func:`per_prompt_scores`), so that the paired bootstrap of
+:mod:`rl_pipeline.evaluation.significance` can resample prompts. With the same number of
+samples for every prompt, the mean over prompts of per-prompt means is the mean over samples.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from rl_pipeline.evaluation.significance import bootstrap_interval, paired_comparison
+
+# verl's and the built-in rewards pay 1.0 for a correct answer (format credit pays 0.1).
+CORRECT_REWARD = 1.0
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -21,44 +34,170 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def model_metrics(generations: pd.DataFrame, reward_errors: int = 0) -> dict[str, Any]:
+def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """Whether the majority answer of these samples is correct (one prompt's maj@k).
+
+    Samples without an answer (None) do not vote; when none has one, the vote fails. Ties go
+    to the answer given first, and the majority answer is as correct as the first sample that
+    gave it: verl's ``calc_maj_val`` (dict insertion order, the first value of the winner).
+    """
+    counts: dict[str, int] = {}
+    first: dict[str, bool] = {}
+    for answer, ok in zip(answers, correct, strict=True):
+        if answer is None:
+            continue
+        counts[answer] = counts.get(answer, 0) + 1
+        first.setdefault(answer, bool(ok))
+    if not counts:
+        return False
+    return first[max(counts, key=counts.__getitem__)]  # max keeps the first of equal counts
+
+
+def usable_k(pass_k: Sequence[int], samples: int) -> tuple[list[int], list[int]]:
+    """The k of ``pass_k`` that ``samples`` samples per prompt allow, and the ones skipped."""
+    ks = sorted(set(pass_k))
+    return [k for k in ks if k <= samples], [k for k in ks if k > samples]
+
+
+def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
+                      correct_reward: float = CORRECT_REWARD) -> pd.DataFrame:
+    """Every accuracy metric, per prompt.
+
+    Args:
+        generations: One model's scored generations (:func:`~rl_pipeline.evaluation.scoring.
+            score_generations`): ``prompt_index``, ``sample_index``, ``data_source``,
+            ``reward``, ``strict``, ``flexible`` (NaN off GSM8K) and ``answer``.
+        pass_k: The k of pass@k and maj@k; those above the samples per prompt are left out.
+        correct_reward: A sample is correct (pass@k, maj@k) when its reward is at least this.
+
+    Returns:
+        One row per prompt (index ``prompt_index``) with ``data_source``, ``samples``,
+        ``mean_reward`` (the headline, mean@n), ``pass_at_<k>``, ``maj_at_<k>`` (majority of
+        the first k samples), and, on GSM8K prompts (else NaN), ``strict_accuracy``,
+        ``flexible_accuracy``, ``strict_pass_at_<k>`` and ``flexible_pass_at_<k>``.
+    """
+    frame = generations.sort_values(["prompt_index", "sample_index"])
+    ks, _ = usable_k(pass_k, int(frame.groupby("prompt_index").size().min()))
+    rows = []
+    for prompt, group in frame.groupby("prompt_index", sort=True):
+        n = len(group)
+        correct = (group["reward"] >= correct_reward).to_numpy()
+        row: dict[str, Any] = {"prompt_index": prompt,
+                               "data_source": str(group["data_source"].iloc[0]),
+                               "samples": n, "mean_reward": float(group["reward"].mean())}
+        for k in ks:
+            row[f"pass_at_{k}"] = pass_at_k(n, int(correct.sum()), k)
+        answers = [None if pd.isna(a) else str(a) for a in group["answer"]]
+        for k in ks:
+            row[f"maj_at_{k}"] = float(majority_vote(answers[:k], correct[:k]))
+        gsm8k = bool(group["strict"].notna().all())
+        for kind in ("strict", "flexible"):
+            row[f"{kind}_accuracy"] = float(group[kind].mean()) if gsm8k else np.nan
+            for k in ks:
+                row[f"{kind}_pass_at_{k}"] = (pass_at_k(n, int(group[kind].sum()), k)
+                                              if gsm8k else np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("prompt_index")
+
+
+def score_columns(per_prompt: pd.DataFrame) -> list[str]:
+    """The accuracy metrics of a :func:`per_prompt_scores` frame, headline first."""
+    return [c for c in per_prompt.columns if c not in ("data_source", "samples")]
+
+
+def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
+                  pass_k: Sequence[int] = (1,), correct_reward: float = CORRECT_REWARD,
+                  resamples: int = 10_000, seed: int = 42,
+                  per_prompt: pd.DataFrame | None = None) -> dict[str, Any]:
     """Metrics of one model over its scored generations.
 
     Args:
-        generations: One row per (prompt, sample) with ``prompt_index``, ``data_source``,
-            ``strict``, ``flexible``, ``reward``, ``response_tokens`` and ``truncated``.
+        generations: One row per (prompt, sample), as :func:`per_prompt_scores` takes, with
+            ``response_tokens`` and ``truncated``.
         reward_errors: How many reward calls raised (and were scored 0).
+        pass_k, correct_reward: See :func:`per_prompt_scores`.
+        resamples, seed: The bootstrap of the headline's 95% interval (``mean_reward_ci_low``
+            and ``_high``; the seed makes its resampled prompts those of the paired
+            comparison).
+        per_prompt: :func:`per_prompt_scores` of ``generations``, when already computed.
 
     Returns:
-        ``strict_accuracy``, ``flexible_accuracy``, ``mean_reward``,
-        ``strict_pass_at_k`` and ``flexible_pass_at_k`` for every k up to the number of
-        samples, ``mean_response_tokens``, ``truncation_rate``, counts, and ``by_data_source``.
+        The headline ``mean_reward`` (mean@n, also as ``mean_at_<n>``) with its interval,
+        ``pass_at_<k>``, ``maj_at_<k>``, ``strict_accuracy``, ``flexible_accuracy``,
+        ``strict_pass_at_<k>``, ``flexible_pass_at_<k>`` (over GSM8K prompts; None when there
+        are none), ``mean_response_tokens``, ``truncation_rate``, ``prompts``,
+        ``gsm8k_prompts``, ``samples_per_prompt``, ``reward_errors`` and the same per data
+        source in ``by_data_source``.
     """
-    metrics = _summary(generations)
+    if per_prompt is None:
+        per_prompt = per_prompt_scores(generations, pass_k, correct_reward)
+    metrics = _summary(generations, per_prompt, resamples, seed)
     metrics["reward_errors"] = int(reward_errors)
-    metrics["by_data_source"] = {str(source): _summary(group, with_pass=False)
-                                 for source, group in generations.groupby("data_source")}
+    metrics["by_data_source"] = {
+        str(source): _summary(generations[generations["data_source"] == source],
+                              per_prompt[per_prompt["data_source"] == source], resamples, seed)
+        for source in sorted(per_prompt["data_source"].unique())}
     return metrics
 
 
-def _summary(frame: pd.DataFrame, with_pass: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "strict_accuracy": float(frame["strict"].mean()),
-        "flexible_accuracy": float(frame["flexible"].mean()),
-        "mean_reward": float(frame["reward"].mean()),
-        "mean_response_tokens": float(frame["response_tokens"].mean()),
-        "truncation_rate": float(frame["truncated"].mean()),
-        "prompts": int(frame["prompt_index"].nunique()),
-    }
-    if not with_pass:
-        return out
-    per_prompt = frame.groupby("prompt_index").agg(n=("strict", "size"), strict=("strict", "sum"),
-                                                   flexible=("flexible", "sum"))
-    n = int(per_prompt["n"].min())
-    out["samples_per_prompt"] = n
-    for kind in ("strict", "flexible"):
-        for k in range(1, n + 1):
-            out[f"{kind}_pass_at_{k}"] = float(np.mean([
-                pass_at_k(int(row.n), int(getattr(row, kind)), k)
-                for row in per_prompt.itertuples()]))
+def _summary(generations: pd.DataFrame, per_prompt: pd.DataFrame, resamples: int,
+             seed: int) -> dict[str, Any]:
+    n = int(per_prompt["samples"].min())
+    headline = per_prompt["mean_reward"].to_numpy()
+    low, high = bootstrap_interval(headline, resamples, seed)
+    out: dict[str, Any] = {"mean_reward": float(headline.mean()),
+                           "mean_reward_ci_low": low, "mean_reward_ci_high": high,
+                           f"mean_at_{n}": float(headline.mean())}
+    for column in score_columns(per_prompt):
+        if column == "mean_reward":
+            continue
+        values = per_prompt[column].dropna()
+        out[column] = float(values.mean()) if len(values) else None
+    out.update({
+        "mean_response_tokens": float(generations["response_tokens"].mean()),
+        "truncation_rate": float(generations["truncated"].mean()),
+        "prompts": len(per_prompt),
+        "gsm8k_prompts": int(per_prompt["strict_accuracy"].notna().sum()),
+        "samples_per_prompt": n,
+    })
     return out
+
+
+def compare_models(base: pd.DataFrame, trained: pd.DataFrame, resamples: int = 10_000,
+                   seed: int = 42) -> dict[str, Any]:
+    """Every accuracy metric's difference trained - base, with its paired 95% interval.
+
+    Args:
+        base, trained: :func:`per_prompt_scores` of the two models on the same prompts.
+        resamples, seed: The paired bootstrap's (:func:`~rl_pipeline.evaluation.significance.
+            paired_comparison`).
+
+    Returns:
+        ``{metric: comparison}`` over all prompts, and ``by_data_source``: the same within each
+        source's prompts. A metric is compared over the prompts where both models have it
+        (strict and flexible: the GSM8K prompts).
+
+    Raises:
+        ValueError: When the two models were not evaluated on the same prompts.
+    """
+    if list(base.index) != list(trained.index) or \
+            list(base["data_source"]) != list(trained["data_source"]):
+        raise ValueError("base and trained must be scored on the same prompts to be compared; "
+                         f"got {len(base)} and {len(trained)} prompts that differ")
+    columns = [c for c in score_columns(base) if c in trained.columns]
+
+    def compare(rows: pd.Series) -> dict[str, Any]:
+        out = {}
+        for column in columns:
+            both = rows & base[column].notna() & trained[column].notna()
+            if both.any():
+                out[column] = paired_comparison(base.loc[both, column].to_numpy(),
+                                                trained.loc[both, column].to_numpy(),
+                                                resamples, seed)
+        return out
+
+    everything = pd.Series(True, index=base.index)
+    result = compare(everything)
+    result["by_data_source"] = {str(source): compare(base["data_source"] == source)
+                                for source in sorted(base["data_source"].unique())}
+    return result

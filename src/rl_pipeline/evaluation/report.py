@@ -1,4 +1,5 @@
-"""The eval report: a side-by-side Markdown table with deltas and a bar chart."""
+"""The eval report: Markdown tables side by side with deltas and their 95% intervals, the
+difference in words (distinguishable from noise or not), and the charts."""
 
 from __future__ import annotations
 
@@ -12,54 +13,212 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-HEADLINE = ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1")
+# The overall bars of the chart; the headline (the configured reward) first.
+HEADLINE = ("mean_reward", "pass_at_1", "maj_at_1", "strict_accuracy", "flexible_accuracy")
+ALL = "all prompts"
+# Below this many prompts the percentile bootstrap's interval is known to be too narrow.
+FEW_PROMPTS = 20
+# Per-model keys that the tables leave out: the headline's interval is in the chart.
+_HIDDEN = ("mean_reward_ci_low", "mean_reward_ci_high")
 
 
 def markdown_report(metrics: dict[str, dict[str, Any]], settings: dict[str, Any]) -> str:
-    """A Markdown report: settings, then every metric side by side with the delta."""
+    """The Markdown report.
+
+    Args:
+        metrics: Per model label (``base``, then ``trained`` when there is one), as
+            :func:`~rl_pipeline.evaluation.metrics.model_metrics` returns them; the trained
+            model's ``vs_base`` (and its sources') hold the paired comparisons.
+        settings: What was run, in order (backend, decoding, the headline reward...).
+    """
     labels = list(metrics)
-    keys = [k for k in metrics[labels[0]] if not isinstance(metrics[labels[0]][k], dict)]
-    head = "| metric | " + " | ".join(labels) + (" | delta |" if len(labels) == 2 else " |")
-    lines = ["# Evaluation: base versus trained", "",
-             *(f"- {k}: {v}" for k, v in settings.items()), "", head,
-             "|" + "---|" * (len(labels) + 1 + (len(labels) == 2))]
-    for key in keys:
-        values = [metrics[label].get(key) for label in labels]
-        cells = [_fmt(v) for v in values]
-        if len(labels) == 2 and all(isinstance(v, int | float) for v in values):
-            cells.append(f"{values[1] - values[0]:+.4g}")
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines = ["# Evaluation: base versus trained", "", "## Settings", "",
+             *(f"- {k}: {v}" for k, v in settings.items()), "",
+             "## Metrics", "", *_metric_table(metrics, labels)]
     if len(labels) == 1:
         lines += ["", "No trained model yet (catalog entry `merged_model` is empty): run the "
                   "train and merge stages, then eval again."]
-    for label in labels:
-        for source, values in metrics[label].get("by_data_source", {}).items():
-            lines += ["", f"## {label}: {source}", "",
-                      *(f"- {k}: {_fmt(v)}" for k, v in values.items())]
+    else:
+        lines += ["", "## Is the difference real?", "", *_in_words(metrics)]
+    lines += ["", "## Headline by data source", "", *_source_table(metrics, labels)]
+    for source in metrics[labels[0]]["by_data_source"]:
+        lines += ["", f"## Data source: {source}", "",
+                  *_metric_table({label: metrics[label]["by_data_source"][source]
+                                  for label in labels}, labels)]
     return "\n".join(lines) + "\n"
 
 
-def bar_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
-    """Grouped bars of the headline metrics per model."""
+def _metric_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list[str]:
+    first = metrics[labels[0]]
+    keys = [k for k in first if not isinstance(first[k], dict) and k not in _HIDDEN]
+    if len(labels) == 1:
+        return [f"| metric | {labels[0]} |", "|---|---|",
+                *(f"| {_name(k)} | {_fmt(first[k])} |" for k in keys)]
+    compared = metrics[labels[1]].get("vs_base", {})
+    out = [f"| metric | {labels[0]} | {labels[1]} | delta | 95% interval | distinguishable "
+           "| prompts needed |", "|---|---|---|---|---|---|---|"]
+    for key in keys:
+        values = [metrics[label].get(key) for label in labels]
+        cells = [_fmt(v) for v in values]
+        if key in compared:
+            c = compared[key]
+            cells += [f"{c['delta']:+.4g}", _interval(c), "yes" if c["distinguishable"] else
+                      "no", _fmt(c["prompts_needed"])]
+        elif key not in ("prompts", "gsm8k_prompts", "samples_per_prompt") and \
+                all(isinstance(v, int | float) for v in values):
+            cells += [f"{values[1] - values[0]:+.4g}", "", "", ""]
+        else:
+            cells += ["", "", "", ""]
+        out.append(f"| {_name(key)} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _source_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list[str]:
+    rows = {ALL: [metrics[label] for label in labels]}
+    for source in metrics[labels[0]]["by_data_source"]:
+        rows[source] = [metrics[label]["by_data_source"][source] for label in labels]
+    head = "| data source | prompts | " + " | ".join(labels)
+    if len(labels) == 1:
+        return [head + " |", "|---|---|---|",
+                *(f"| {s} | {v[0]['prompts']} | {_fmt(v[0]['mean_reward'])} |"
+                  for s, v in rows.items())]
+    out = [head + " | delta | 95% interval | distinguishable | prompts needed |",
+           "|---|---|---|---|---|---|---|---|"]
+    for source, values in rows.items():
+        c = values[1]["vs_base"]["mean_reward"]
+        out.append(f"| {source} | {values[0]['prompts']} | {_fmt(values[0]['mean_reward'])} | "
+                   f"{_fmt(values[1]['mean_reward'])} | {c['delta']:+.4g} | {_interval(c)} | "
+                   f"{'yes' if c['distinguishable'] else 'no'} | {_fmt(c['prompts_needed'])} |")
+    return out
+
+
+def _in_words(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """The headline's change, over all prompts and per source, and whether it is noise."""
+    trained = metrics["trained"]
+    groups = {ALL: trained["vs_base"]["mean_reward"]}
+    groups.update({s: v["vs_base"]["mean_reward"]
+                   for s, v in trained["by_data_source"].items()})
+    out = []
+    for name, c in groups.items():
+        out.append(f"- **{name}** ({c['prompts']} prompts): {_sentence(c)}")
+    others = {k: c for k, c in trained["vs_base"].items() if k != "mean_reward"}
+    real = [f"{_name(k)} ({c['delta']:+.3g})" for k, c in others.items() if c["distinguishable"]]
+    if not others:
+        summary = "none compared"
+    elif not real:
+        summary = "the interval includes 0 for every one"
+    else:
+        summary = f"the interval excludes 0 for {', '.join(real)}" + (
+            "; it includes 0 for the others" if len(real) < len(others) else "")
+    out += ["", f"Other accuracy metrics: {summary} (table above).",
+            "", "Intervals: paired bootstrap over prompts (the same resampled prompts for both "
+            "models), percentiles 2.5 and 97.5. Prompts needed: n = (1.96 sd / |delta|)^2, "
+            "sd the standard deviation of the per-prompt differences, the eval size at which "
+            "the expected interval just reaches 0, so a true difference of this size shows "
+            "about half the time; ((1.96 + 0.84) sd / |delta|)^2 for an 80% chance."]
+    return out
+
+
+def _sentence(c: dict[str, Any]) -> str:
+    change = (f"the headline changed by {c['delta']:+.4g}, 95% interval {_interval(c)}"
+              if abs(c["delta"]) >= 1e-12 else
+              f"no change in the headline, 95% interval {_interval(c)}")
+    if c["distinguishable"]:
+        verdict = (f"The interval excludes 0: at {c['prompts']} prompts the change is "
+                   "distinguishable from noise.")
+    else:
+        verdict = (f"The interval includes 0: at {c['prompts']} prompts the change is not "
+                   "distinguishable from noise.")
+    if c["prompts"] < FEW_PROMPTS:
+        verdict += (f" With fewer than {FEW_PROMPTS} prompts a bootstrap interval is too "
+                    "narrow (it sees only the differences these prompts happen to show): "
+                    "read it as a rough indication.")
+    if c["prompts_needed"] is None:
+        return f"{change}. {verdict}"
+    return (f"{change}. {verdict} A difference of this size needs about "
+            f"{_prompts(c['prompts_needed'])} to show half the time, about "
+            f"{_prompts(c['prompts_needed_80'])} for an 80% chance (standard deviation of "
+            f"the per-prompt differences {c['sd_diff']:.3g}).")
+
+
+def _prompts(n: int) -> str:
+    return f"{n} prompt{'' if n == 1 else 's'}"
+
+
+def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
+    """The overall metrics per model; the headline per data source with each model's 95%
+    interval; and, with a trained model, the delta per source with its paired interval."""
     labels = list(metrics)
-    keys = [k for k in HEADLINE if all(k in metrics[label] for label in labels)]
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    x = np.arange(len(keys))
+    panels = 3 if len(labels) == 2 else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.8), dpi=100)
+    _overall_bars(axes[0], metrics, labels)
+    groups = [ALL, *metrics[labels[0]]["by_data_source"]]
+
+    def at(label: str, group: str) -> dict[str, Any]:
+        return metrics[label] if group == ALL else metrics[label]["by_data_source"][group]
+
+    x = np.arange(len(groups))
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
-        values = [metrics[label][k] for k in keys]
-        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, values, width, label=label)
-        ax.bar_label(bars, fmt="%.3f", fontsize=8)
-    ax.set_xticks(x, keys)
-    ax.set_ylim(0, max(1.0, max(metrics[label][k] for label in labels for k in keys) * 1.1))
-    ax.set_title("Base versus trained")
-    ax.legend()
+        values = np.array([at(label, g)["mean_reward"] for g in groups])
+        low = np.array([at(label, g)["mean_reward_ci_low"] for g in groups])
+        high = np.array([at(label, g)["mean_reward_ci_high"] for g in groups])
+        # No value labels: the error bars run through them; the report has the numbers.
+        axes[1].bar(x + (i - (len(labels) - 1) / 2) * width, values, width, label=label,
+                    yerr=[values - low, high - values], capsize=4)
+    axes[1].set_xticks(x, _wrapped(groups))
+    axes[1].set_title("Headline (reward) per data source, 95% intervals")
+    axes[1].set_ylabel("mean reward")
+    axes[1].legend()
+    if panels == 3:
+        compared = [metrics["trained"]["vs_base"]["mean_reward"] if g == ALL else
+                    metrics["trained"]["by_data_source"][g]["vs_base"]["mean_reward"]
+                    for g in groups]
+        delta = np.array([c["delta"] for c in compared])
+        errors = [delta - [c["ci_low"] for c in compared],
+                  np.array([c["ci_high"] for c in compared]) - delta]
+        colours = ["tab:green" if c["distinguishable"] else "tab:gray" for c in compared]
+        axes[2].bar(x, delta, 0.6, yerr=errors, capsize=4, color=colours)
+        axes[2].axhline(0, color="black", linewidth=0.8)
+        axes[2].set_xticks(x, _wrapped(groups))
+        axes[2].set_title("Trained - base, paired 95% interval\n(green: excludes 0)")
+        axes[2].set_ylabel("delta of the mean reward")
     fig.tight_layout()
     plt.close(fig)
     return fig
 
 
+def _overall_bars(ax: Any, metrics: dict[str, dict[str, Any]], labels: list[str]) -> None:
+    keys = [k for k in HEADLINE if all(metrics[label].get(k) is not None for label in labels)]
+    x = np.arange(len(keys))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width,
+                      [metrics[label][k] for k in keys], width, label=label)
+        ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    ax.set_xticks(x, [_name(k) for k in keys], rotation=20)
+    top = max([metrics[label][k] for label in labels for k in keys] or [1.0])
+    ax.set_ylim(0, max(1.0, top * 1.1))
+    ax.set_title("Base versus trained, all prompts")
+    ax.legend()
+
+
+def _wrapped(names: list[str]) -> list[str]:
+    return [n.replace("/", "/\n") for n in names]
+
+
+def _name(key: str) -> str:
+    """``pass_at_4`` -> ``pass@4``; the headline says that it is."""
+    if key == "mean_reward":
+        return "mean_reward (headline)"
+    return key.replace("_at_", "@")
+
+
+def _interval(c: dict[str, Any]) -> str:
+    return f"[{c['ci_low']:+.4g}, {c['ci_high']:+.4g}]"
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "" if value is None else str(value)
+    return "n/a" if value is None else str(value)

@@ -1,13 +1,45 @@
-"""Scoring generations with the shared reward functions."""
+"""Scoring generations: the configured reward (the headline), GSM8K's strict and flexible
+scores where they apply, and the answer each response gives (for majority voting)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
+from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
-from rl_pipeline.rewards import SafeReward, flexible_gsm8k, strict_gsm8k
+from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_score
+from rl_pipeline.rewards import RewardFunction, SafeReward, load_reward_function
+
+
+class PredRecorder:
+    """A reward function that remembers the ``pred`` of its last dict result.
+
+    verl's rewards may return ``{"score": ..., "pred": <the extracted answer>}`` (its
+    ``math_dapo`` does) and verl votes on ``pred`` for its maj@N; :class:`SafeReward` keeps
+    only the score, so the answer is kept here, beside it.
+    """
+
+    def __init__(self, fn: RewardFunction) -> None:
+        self.fn = fn
+        self.pred: str | None = None
+        self.__name__ = getattr(fn, "__name__", repr(fn))  # SafeReward's warnings name it
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: str,
+                 extra_info: dict | None = None) -> float | dict[str, Any]:
+        self.pred = None
+        result = self.fn(data_source, solution_str, ground_truth, extra_info)
+        if isinstance(result, dict) and result.get("pred") is not None:
+            self.pred = str(result["pred"])
+        return result
+
+
+def eval_reward(path: str | None, name: str, strict: bool = False) -> SafeReward:
+    """The ``reward`` group's function, as training uses it, wrapped to keep its ``pred``."""
+    return SafeReward(PredRecorder(load_reward_function(path, name)), strict=strict)
 
 
 def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], label: str,
@@ -18,12 +50,16 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         prompts: Prompts in verl's schema (``data_source``, ``prompt``, ``reward_model``, ...).
         generations: The responses, indexed by prompt position.
         label: The model label (``base``, ``trained``).
-        reward: The configured reward function.
+        reward: The configured reward function (:func:`eval_reward`; any
+            :class:`SafeReward` works, without rewards' ``pred``).
 
     Returns:
         Columns ``model``, ``prompt_index``, ``sample_index``, ``data_source``, ``prompt``,
-        ``ground_truth``, ``response``, ``response_tokens``, ``truncated``, ``reward``,
-        ``reward_error`` (the reward function raised; scored 0), ``strict``, ``flexible``.
+        ``ground_truth``, ``response``, ``response_tokens``, ``truncated``, ``reward`` (the
+        headline), ``reward_error`` (the reward function raised; scored 0), ``strict`` and
+        ``flexible`` (lm-evaluation-harness's GSM8K scores, 1.0 or 0.0, on GSM8K sources
+        only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`), and
+        ``answer`` (the extracted answer that majority voting counts; None: no answer).
     """
     rows = []
     for g in generations:
@@ -32,15 +68,18 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         truth = str(row["reward_model"]["ground_truth"])
         source = str(row["data_source"])
         extra = row["extra_info"] if "extra_info" in prompts else None
+        score = reward(source, g.text, truth, extra)
+        gsm8k = is_gsm8k_source(source)
         rows.append({
             "model": label, "prompt_index": g.prompt_index, "sample_index": g.sample_index,
             "data_source": source, "prompt": _last_user_message(row["prompt"]),
             "ground_truth": truth, "response": g.text, "response_tokens": g.tokens,
             "truncated": g.truncated,
-            "reward": reward(source, g.text, truth, extra),
+            "reward": score,
             "reward_error": reward.errors > errors_before,
-            "strict": strict_gsm8k(source, g.text, truth) == 1.0,
-            "flexible": flexible_gsm8k(source, g.text, truth) == 1.0,
+            "strict": strict_score(g.text, truth) if gsm8k else math.nan,
+            "flexible": flexible_score(g.text, truth) if gsm8k else math.nan,
+            "answer": extract_answer(source, g.text, getattr(reward.fn, "pred", None)),
         })
     return pd.DataFrame(rows)
 

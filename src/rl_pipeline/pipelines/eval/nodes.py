@@ -12,10 +12,15 @@ from matplotlib.figure import Figure
 from rl_pipeline.config import DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.evaluation.generate import SamplingSettings, generate, pick_backend
-from rl_pipeline.evaluation.metrics import model_metrics
-from rl_pipeline.evaluation.report import bar_chart, markdown_report
-from rl_pipeline.evaluation.scoring import score_generations
-from rl_pipeline.rewards import SafeReward, load_reward_function
+from rl_pipeline.evaluation.generations_table import generations_table
+from rl_pipeline.evaluation.metrics import (
+    compare_models,
+    model_metrics,
+    per_prompt_scores,
+    usable_k,
+)
+from rl_pipeline.evaluation.report import eval_chart, markdown_report
+from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -47,33 +52,67 @@ def evaluate_trained(prompts: pd.DataFrame, merged_model: str | None, eval_param
 
 def summarize_eval(
     base: pd.DataFrame, trained: pd.DataFrame, eval_params: EvalParams, data: DataParams,
-) -> tuple[pd.DataFrame, dict[str, Any], dict[str, dict[str, float]], str, Figure]:
-    """Metrics per model, side by side.
+    reward: RewardParams,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], dict[str, dict[str, float]], str,
+           Figure]:
+    """Metrics per model, side by side, and the trained model's differences with intervals.
 
     Returns:
-        ``eval_generations`` (all scored responses), ``eval_metrics`` (one object per model
-        label), the same metrics for MLflow (``base/strict_accuracy``, ...), the Markdown
-        report and the bar chart.
+        ``eval_generations`` (all scored responses), ``eval_generations_table`` (the same,
+        base and trained side by side, for MLflow's table view), ``eval_metrics`` (one object
+        per model label; the trained one's ``vs_base`` holds the paired comparisons), the
+        same metrics for MLflow (``base/mean_reward``, ...), the Markdown report and the chart.
     """
+    params = eval_params
     frames = {label: frame for label, frame in (("base", base), ("trained", trained))
               if not frame.empty}
+    per_prompt = {label: per_prompt_scores(frame, params.pass_k, params.correct_reward)
+                  for label, frame in frames.items()}
     metrics = {label: model_metrics(frame.drop(columns="reward_error"),
-                                    int(frame["reward_error"].sum()))
+                                    int(frame["reward_error"].sum()), params.pass_k,
+                                    params.correct_reward, params.bootstrap_resamples,
+                                    params.seed, per_prompt[label])
                for label, frame in frames.items()}
-    settings = _settings(eval_params, data)
+    if "trained" in frames:
+        compared = compare_models(per_prompt["base"], per_prompt["trained"],
+                                  params.bootstrap_resamples, params.seed)
+        by_source = compared.pop("by_data_source")
+        metrics["trained"]["vs_base"] = compared
+        for source, comparison in by_source.items():
+            metrics["trained"]["by_data_source"][source]["vs_base"] = comparison
+    settings = _settings(params, data, reward, metrics["base"])
     report = markdown_report(metrics, settings)
     for label, values in metrics.items():
-        logger.info("%s: strict %.3f, flexible %.3f, mean reward %.3f", label,
-                    values["strict_accuracy"], values["flexible_accuracy"], values["mean_reward"])
+        logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s", label,
+                    values["mean_reward"], values["strict_accuracy"],
+                    values["flexible_accuracy"])
     generations = pd.concat(frames.values(), ignore_index=True)
-    return generations, metrics, mlflow_metrics(metrics, sep="/"), report, bar_chart(metrics)
+    return (generations, generations_table(frames), metrics,
+            mlflow_metrics(_for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
+
+
+def _for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics less the comparisons' bookkeeping (one MLflow call per number): a delta
+    keeps its interval and the prompts it would need."""
+    kept = ("delta", "ci_low", "ci_high", "prompts_needed")
+
+    def trim(values: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in values.items():
+            if key == "vs_base":
+                value = {m: {k: c[k] for k in kept} for m, c in value.items()}
+            elif isinstance(value, dict):
+                value = trim(value)
+            out[key] = value
+        return out
+
+    return trim(metrics)
 
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,
               data: DataParams, reward: RewardParams, train: TrainParams) -> pd.DataFrame:
-    scorer = SafeReward(load_reward_function(reward.custom_reward_function.path,
-                                             reward.custom_reward_function.name),
-                        strict=reward.strict)
+    scorer = eval_reward(reward.custom_reward_function.path,
+                         reward.custom_reward_function.name, reward.strict)
     memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
                     train.verl.rollout_gpu_memory_utilization)
     run = generate(
@@ -94,10 +133,36 @@ def _settings_for(params: EvalParams, shared: DataParams) -> SamplingSettings:
         top_k=params.rollout_val_top_k, seed=params.seed)
 
 
-def _settings(params: EvalParams, shared: DataParams) -> dict[str, Any]:
+def _settings(params: EvalParams, shared: DataParams, reward: RewardParams,
+              base: dict[str, Any]) -> dict[str, Any]:
+    """What the report names: back end, decoding, the headline, k, intervals."""
     sampling = _settings_for(params, shared)
-    return {"backend": pick_backend(params.backend),
-            "decoding": "greedy" if params.greedy else
-            f"sampling (temperature {sampling.temperature}, top_p {sampling.top_p}, "
-            f"top_k {sampling.top_k})",
-            "samples per prompt": sampling.samples, "max new tokens": sampling.max_new_tokens}
+    n = sampling.samples
+    if params.greedy:
+        decoding = "greedy (argmax, temperature 0), 1 sample per prompt"
+    else:
+        top_k = "off" if sampling.top_k < 0 else sampling.top_k
+        decoding = (f"sampled (temperature {sampling.temperature}, top_p {sampling.top_p}, "
+                    f"top_k {top_k}), n = {n} sample{'s' if n > 1 else ''} per prompt")
+    used, skipped = usable_k(params.pass_k, n)
+    ks = ", ".join(map(str, used)) or "none"
+    if skipped:
+        ks += (f"; skipped k = {', '.join(map(str, skipped))}: more than the {n} sample"
+               f"{'s' if n > 1 else ''} per prompt")
+    fn = reward.custom_reward_function
+    sources = ", ".join(f"{s} {v['prompts']}" for s, v in base["by_data_source"].items())
+    return {
+        "backend": pick_backend(params.backend),
+        "decoding": decoding,
+        "max new tokens": sampling.max_new_tokens,
+        "prompts": f"{base['prompts']} ({sources})",
+        "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
+        "group's function, as in training, by data_source), mean@n over samples; a sample "
+        f"is correct for pass@k and maj@k when its reward is at least {params.correct_reward}",
+        "pass@k, maj@k": f"k = {ks}",
+        "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
+        "first '#### '; flexible-extract: the last number), on data sources openai/gsm8k and "
+        f"gsm8k only ({base['gsm8k_prompts']} prompts); n/a elsewhere",
+        "intervals": f"95%, paired bootstrap over prompts, {params.bootstrap_resamples} "
+        f"resamples, seed {params.seed}",
+    }

@@ -28,9 +28,10 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=summarize_eval,
-            inputs=["base_scored", "trained_scored", "params:eval", "params:data"],
-            outputs=["eval_generations", "eval_metrics", "eval_metrics_mlflow", "eval_report",
-                     "eval_chart"],
+            inputs=["base_scored", "trained_scored", "params:eval", "params:data",
+                    "params:reward"],
+            outputs=["eval_generations", "eval_generations_table", "eval_metrics",
+                     "eval_metrics_mlflow", "eval_report", "eval_chart"],
             name="summarize_eval_node",
         ),
     ])

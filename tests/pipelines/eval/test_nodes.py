@@ -1,0 +1,56 @@
+"""summarize_eval on scored generations made by hand: the report says in words whether a
+difference is distinguishable from noise, names the decoding, and the chart has intervals."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.container import ErrorbarContainer
+
+from rl_pipeline.config import DataParams, EvalParams, RewardParams
+from rl_pipeline.evaluation.generate import Generation
+from rl_pipeline.evaluation.scoring import eval_reward, score_generations
+from rl_pipeline.pipelines.eval.nodes import summarize_eval
+from tests.conftest import gsm8k_prompts
+
+PROMPTS = gsm8k_prompts(32)
+GREEDY = EvalParams(backend="hf", greedy=True, bootstrap_resamples=2000)
+
+
+def _scored(right: range, label: str) -> pd.DataFrame:
+    """One greedy answer per prompt, right on the prompts in ``right``."""
+    truths = [row["ground_truth"] for row in PROMPTS["reward_model"]]
+    generations = [Generation(p, 0, f"#### {truths[p] if p in right else -1}", 4, False)
+                   for p in range(len(PROMPTS))]
+    return score_generations(PROMPTS, generations, label, eval_reward(None, "compute_score"))
+
+
+def _summary(base_right: range, trained_right: range) -> tuple[dict, str, object]:
+    _, _, metrics, _, report, chart = summarize_eval(
+        _scored(base_right, "base"), _scored(trained_right, "trained"), GREEDY, DataParams(),
+        RewardParams())
+    return metrics, report, chart
+
+
+def test_equal_scores_on_32_prompts_are_not_distinguishable() -> None:
+    metrics, report, _ = _summary(range(0, 16), range(8, 24))
+    c = metrics["trained"]["vs_base"]["mean_reward"]
+    assert c["delta"] == 0 and c["ci_low"] < 0 < c["ci_high"] and not c["distinguishable"]
+    assert "no change in the headline" in report
+    assert "at 32 prompts the change is not distinguishable from noise" in report
+    # Greedy is named, and the k that one sample cannot give are skipped, with the reason.
+    assert "greedy (argmax, temperature 0), 1 sample per prompt" in report
+    assert "k = 1; skipped k = 4, 8: more than the 1 sample per prompt" in report
+
+
+def test_a_large_gain_is_distinguishable_and_charted_with_intervals() -> None:
+    metrics, report, chart = _summary(range(0, 8), range(0, 28))
+    c = metrics["trained"]["vs_base"]["mean_reward"]
+    assert c["delta"] == 0.625 and c["distinguishable"] and c["prompts_needed"] < 32
+    assert "the headline changed by +0.625" in report
+    assert "at 32 prompts the change is distinguishable from noise" in report
+    assert "rough indication" not in report  # 32 prompts are enough for the bootstrap
+    assert f"needs about {c['prompts_needed']} prompts to show half the time" in report
+    assert "| openai/gsm8k | 32 | 0.25 | 0.875 | +0.625 |" in report
+    overall, per_source, deltas = chart.axes
+    assert any(isinstance(c, ErrorbarContainer) for c in per_source.containers)
+    assert any(isinstance(c, ErrorbarContainer) for c in deltas.containers)
