@@ -216,8 +216,7 @@ def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path)
         return report["checkpoints"]
 
     first = checked()
-    assert first == str(root / json.loads(json.dumps(first)).rsplit("/", 1)[-1])
-    assert checked() == first
+    assert Path(first).parent == root and len(Path(first).name) == 12
     assert checked(actor_optim_lr=2e-6) != first
 
 
