@@ -39,7 +39,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test install model vllm-parser lock lock-check wheelhouse benchmarks lint ui viz viz-png clean-venv airflow-dags airflow-check
+.PHONY: run test install model vllm-parser lock lock-check wheelhouse benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
 
 run: install model
 	@echo "kedro environment: $(ENV) (override with ENV=...)"
@@ -61,6 +61,11 @@ airflow-check: airflow-dags $(AIRFLOW_STAMP)
 
 benchmarks: install
 	$(BIN)/python benchmarks/bench_data_prep.py
+
+# The default CPU run, whole, once per seed (3 x about 12 minutes on 2 cores): does training
+# beat the base model beyond noise every time? Written to docs/benchmarks.md.
+bench-cpu-run: install model
+	$(BIN)/python benchmarks/bench_cpu_run.py $(ARGS)
 
 # kedro-mlflow shells out to the `mlflow` executable, so it must be on PATH.
 ui: install

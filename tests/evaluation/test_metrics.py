@@ -65,22 +65,23 @@ def _frame() -> pd.DataFrame:
     rows = [
         # prompt 0: correct, wrong, correct, wrong; answers tie 2-2, "72" first.
         (0, "openai/gsm8k", [1.0, 0.0, 1.0, 0.0], ["72", "70", "72", "70"], [1, 0, 1, 0],
-         [1, 1, 1, 0]),
+         [1, 1, 1, 0], [1, 0, 1, 1]),
         # prompt 1: one correct sample (0.1: format credit, not correct); "5" wins the vote.
         (1, "openai/gsm8k", [0.1, 1.0, 0.1, 0.0], ["5", "6", "5", None], [0, 1, 0, 0],
-         [0, 1, 0, 0]),
+         [0, 1, 0, 0], [1, 1, 1, 0]),
         # prompt 2: MATH, correct answer "8" loses the tie to "9", given first.
         (2, "lighteval/MATH", [0.0, 1.0, 1.0, 0.0], ["9", "8", "8", "9"], [None] * 4,
-         [None] * 4),
+         [None] * 4, [None] * 4),
     ]
     records = []
-    for prompt, source, rewards, answers, strict, flexible in rows:
+    for prompt, source, rewards, answers, strict, flexible, formatted in rows:
         for s in range(4):
             records.append({
                 "prompt_index": prompt, "sample_index": s, "data_source": source,
                 "reward": rewards[s], "answer": answers[s],
                 "strict": math.nan if strict[s] is None else float(strict[s]),
                 "flexible": math.nan if flexible[s] is None else float(flexible[s]),
+                "strict_format": math.nan if formatted[s] is None else float(formatted[s]),
                 "response_tokens": 10 * (prompt + 1), "truncated": prompt == 2 and s == 3})
     return pd.DataFrame(records).sample(frac=1, random_state=0)  # any row order
 
@@ -101,6 +102,9 @@ def test_per_prompt_scores_by_hand() -> None:
     assert list(scores["strict_accuracy"][:2]) == [0.5, 0.25]
     assert math.isnan(scores["strict_accuracy"].iloc[2])
     assert list(scores["flexible_pass_at_2"][:2]) == pytest.approx([1.0, 0.5])
+    # A strict-match answer in 3 of 4 samples of each GSM8K prompt, right or wrong.
+    assert list(scores["strict_format_rate"][:2]) == [0.75, 0.75]
+    assert math.isnan(scores["strict_format_rate"].iloc[2])
 
 
 def test_model_metrics_by_hand() -> None:
@@ -113,7 +117,7 @@ def test_model_metrics_by_hand() -> None:
     # strict and flexible over the two GSM8K prompts only.
     assert m["strict_accuracy"] == pytest.approx(0.375) and m["gsm8k_prompts"] == 2
     assert m["flexible_accuracy"] == pytest.approx(0.5)
-    assert m["strict_pass_at_4"] == 1.0
+    assert m["strict_pass_at_4"] == 1.0 and m["strict_format_rate"] == 0.75
     assert m["mean_reward_ci_low"] <= m["mean_reward"] <= m["mean_reward_ci_high"]
     assert (m["prompts"], m["samples_per_prompt"], m["reward_errors"]) == (3, 4, 1)
     assert m["mean_response_tokens"] == 20 and m["truncation_rate"] == pytest.approx(1 / 12)

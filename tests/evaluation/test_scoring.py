@@ -76,6 +76,11 @@ def test_the_configured_reward_is_the_headline_of_every_source(reward_file) -> N
     assert list(base["strict"][:4]) == [0, 1, 0, 0]
     assert list(base["flexible"][:4]) == [1, 1, 0, 1]
     assert base["strict"][4:].isna().all() and base["flexible"][4:].isna().all()
+    # The strict format: a "#### <number>" answer, right ("#### 72") or wrong ("#### 11").
+    assert list(base["strict_format"][:4]) == [0, 1, 1, 0]
+    assert base["strict_format"][4:].isna().all()
+    assert by["openai/gsm8k"]["strict_format_rate"] == 0.5
+    assert by["acme/capitals"]["strict_format_rate"] is None
     assert by["openai/gsm8k"]["strict_accuracy"] == 0.25
     assert by["openai/gsm8k"]["flexible_accuracy"] == 0.75
     assert by["lighteval/MATH"]["strict_accuracy"] is None

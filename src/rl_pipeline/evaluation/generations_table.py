@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 KEYS = ["prompt_index", "sample_index", "data_source", "prompt", "ground_truth"]
-PER_MODEL = ["response", "reward", "strict", "flexible", "answer", "response_tokens", "truncated"]
+PER_MODEL = ["response", "reward", "strict", "flexible", "strict_format", "answer",
+             "response_tokens", "truncated"]
 
 
 def generations_table(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:

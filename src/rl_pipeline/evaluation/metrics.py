@@ -66,7 +66,8 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
     Args:
         generations: One model's scored generations (:func:`~rl_pipeline.evaluation.scoring.
             score_generations`): ``prompt_index``, ``sample_index``, ``data_source``,
-            ``reward``, ``strict``, ``flexible`` (NaN off GSM8K) and ``answer``.
+            ``reward``, ``strict``, ``flexible``, ``strict_format`` (NaN off GSM8K) and
+            ``answer``.
         pass_k: The k of pass@k and maj@k; those above the samples per prompt are left out.
         correct_reward: A sample is correct (pass@k, maj@k) when its reward is at least this.
 
@@ -74,7 +75,8 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
         One row per prompt (index ``prompt_index``) with ``data_source``, ``samples``,
         ``mean_reward`` (the headline, mean@n), ``pass_at_<k>``, ``maj_at_<k>`` (majority of
         the first k samples), and, on GSM8K prompts (else NaN), ``strict_accuracy``,
-        ``flexible_accuracy``, ``strict_pass_at_<k>`` and ``flexible_pass_at_<k>``.
+        ``flexible_accuracy``, ``strict_pass_at_<k>``, ``flexible_pass_at_<k>`` and
+        ``strict_format_rate`` (the share of samples with a strict-match answer).
     """
     frame = generations.sort_values(["prompt_index", "sample_index"])
     ks, _ = usable_k(pass_k, int(frame.groupby("prompt_index").size().min()))
@@ -96,6 +98,8 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
             for k in ks:
                 row[f"{kind}_pass_at_{k}"] = (pass_at_k(n, int(group[kind].sum()), k)
                                               if gsm8k else np.nan)
+        # What a small model learns first: answering in the format strict-match reads.
+        row["strict_format_rate"] = float(group["strict_format"].mean()) if gsm8k else np.nan
         rows.append(row)
     return pd.DataFrame(rows).set_index("prompt_index")
 
@@ -124,10 +128,10 @@ def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
     Returns:
         The headline ``mean_reward`` (mean@n, also as ``mean_at_<n>``) with its interval,
         ``pass_at_<k>``, ``maj_at_<k>``, ``strict_accuracy``, ``flexible_accuracy``,
-        ``strict_pass_at_<k>``, ``flexible_pass_at_<k>`` (over GSM8K prompts; None when there
-        are none), ``mean_response_tokens``, ``truncation_rate``, ``prompts``,
-        ``gsm8k_prompts``, ``samples_per_prompt``, ``reward_errors`` and the same per data
-        source in ``by_data_source``.
+        ``strict_pass_at_<k>``, ``flexible_pass_at_<k>``, ``strict_format_rate`` (over GSM8K
+        prompts; None when there are none), ``mean_response_tokens``, ``truncation_rate``,
+        ``prompts``, ``gsm8k_prompts``, ``samples_per_prompt``, ``reward_errors`` and the same
+        per data source in ``by_data_source``.
     """
     if per_prompt is None:
         per_prompt = per_prompt_scores(generations, pass_k, correct_reward)

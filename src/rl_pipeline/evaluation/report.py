@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 # The overall bars of the chart; the headline (the configured reward) first.
-HEADLINE = ("mean_reward", "pass_at_1", "maj_at_1", "strict_accuracy", "flexible_accuracy")
+HEADLINE = ("mean_reward", "pass_at_1", "maj_at_1", "strict_accuracy", "flexible_accuracy",
+            "strict_format_rate")
 ALL = "all prompts"
 # Below this many prompts the percentile bootstrap's interval is known to be too narrow.
 FEW_PROMPTS = 20

@@ -11,7 +11,7 @@ import pandas as pd
 
 from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
-from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_score
+from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_match, strict_score
 from rl_pipeline.rewards import RewardFunction, SafeReward, load_reward_function
 
 
@@ -58,8 +58,10 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         ``ground_truth``, ``response``, ``response_tokens``, ``truncated``, ``reward`` (the
         headline), ``reward_error`` (the reward function raised; scored 0), ``strict`` and
         ``flexible`` (lm-evaluation-harness's GSM8K scores, 1.0 or 0.0, on GSM8K sources
-        only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`), and
-        ``answer`` (the extracted answer that majority voting counts; None: no answer).
+        only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`),
+        ``strict_format`` (1.0 when strict-match finds a ``#### <number>`` answer, right or
+        wrong; GSM8K sources only, else NaN), and ``answer`` (the extracted answer that
+        majority voting counts; None: no answer).
     """
     rows = []
     for g in generations:
@@ -79,6 +81,7 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
             "reward_error": reward.errors > errors_before,
             "strict": strict_score(g.text, truth) if gsm8k else math.nan,
             "flexible": flexible_score(g.text, truth) if gsm8k else math.nan,
+            "strict_format": float(strict_match(g.text) is not None) if gsm8k else math.nan,
             "answer": extract_answer(source, g.text, getattr(reward.fn, "pred", None)),
         })
     return pd.DataFrame(rows)

@@ -83,9 +83,9 @@ def summarize_eval(
     settings = _settings(params, data, reward, metrics["base"])
     report = markdown_report(metrics, settings)
     for label, values in metrics.items():
-        logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s", label,
-                    values["mean_reward"], values["strict_accuracy"],
-                    values["flexible_accuracy"])
+        logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s, strict format "
+                    "%s", label, values["mean_reward"], values["strict_accuracy"],
+                    values["flexible_accuracy"], values["strict_format_rate"])
     generations = pd.concat(frames.values(), ignore_index=True)
     return (generations, generations_table(frames), metrics,
             mlflow_metrics(_for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
@@ -162,7 +162,8 @@ def _settings(params: EvalParams, shared: DataParams, reward: RewardParams,
         "pass@k, maj@k": f"k = {ks}",
         "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
         "first '#### '; flexible-extract: the last number), on data sources openai/gsm8k and "
-        f"gsm8k only ({base['gsm8k_prompts']} prompts); n/a elsewhere",
+        f"gsm8k only ({base['gsm8k_prompts']} prompts); n/a elsewhere; strict format rate: "
+        "the share of responses with a '#### <number>' answer, right or wrong",
         "intervals": f"95%, paired bootstrap over prompts, {params.bootstrap_resamples} "
         f"resamples, seed {params.seed}",
     }
