@@ -35,6 +35,16 @@ def latest(project: Path, name: str) -> pd.DataFrame:
                                                 f".parquet/*/{name}.parquet")))[-1])
 
 
+def data_prep_params(project: Path, env: str = "cpu"):
+    """The data_prep group as `kedro run --env <env>` in ``project`` sees it."""
+    from kedro.config import OmegaConfigLoader
+
+    from rl_pipeline.config import DataPrepParams
+
+    loader = OmegaConfigLoader(str(project / "conf"), base_env="base", default_run_env=env)
+    return DataPrepParams.model_validate(loader["parameters"]["data_prep"])
+
+
 @pytest.fixture(scope="module")
 def smollm2_tokenizer(smollm2_dir):
     from rl_pipeline.models.tokenizer import load_tokenizer
@@ -68,7 +78,8 @@ def test_default_run_writes_all_gsm8k_prompts_that_verl_loads(default_run, smoll
     dataset = RLHFDataset(data_files=[path[-1]], tokenizer=smollm2_tokenizer, config=config)
     assert len(dataset) == 7473
     item = dataset[0]
-    assert item["raw_prompt"][0]["content"].endswith('final answer after "####".')
+    instruction = data_prep_params(default_run).instruction
+    assert instruction and item["raw_prompt"][0]["content"].endswith(" " + instruction)
 
 
 def test_default_run_is_tracked_in_mlflow(default_run) -> None:
@@ -132,7 +143,6 @@ def test_training_with_verl_on_a_cpu_stops_in_preflight(default_run) -> None:
 
 
 def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_tokenizer) -> None:
-    from rl_pipeline.config import DataPrepParams
     from rl_pipeline.data.prompts import chat_messages
 
     project = make_project(tmp_path)
@@ -141,9 +151,7 @@ def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_to
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((project / "data/08_reporting/data_prep_report.json").read_text())
 
-    params = DataPrepParams.model_validate(
-        OmegaConf.to_container(OmegaConf.load(project / "conf/base/parameters_data_prep.yml")
-                               )["data_prep"])
+    params = data_prep_params(project)
     for split, source in (("train", GSM8K_TRAIN), ("val", GSM8K_TEST)):
         questions = [json.loads(line)["question"] for line in source.read_text().splitlines()]
         independent = sum(
