@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import uuid
@@ -28,6 +27,7 @@ from rl_pipeline.config import (
 )
 from rl_pipeline.debris import sweep
 from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.jsonfile import read_object
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
@@ -131,13 +131,6 @@ class LeftoversHook:
         sweep([Path(run_params["project_path"]) / "data"], flat=map(Path, self._scratch))
 
 
-def _training_run(merge_metadata: Path) -> dict[str, Any]:
-    try:
-        return json.loads(merge_metadata.read_text()).get("training_run") or {}
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return {}
-
-
 class LineageHook:
     """Tag each stage's MLflow run with what a reviewer needs to trace and reproduce it.
 
@@ -172,7 +165,7 @@ class LineageHook:
         self._tag_version("loaded", dataset_name, "resolve_load_version")
         if dataset_name == "merged_model" and data and mlflow.active_run() is not None:
             # The eval stage: the train run whose weights the merged model holds.
-            self._tag_sources(_training_run(Path(data) / MERGE_METADATA))
+            self._tag_sources(read_object(Path(data) / MERGE_METADATA).get("training_run") or {})
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str) -> None:

@@ -64,9 +64,9 @@ def test_32_prompts_of_equal_score_give_a_wide_interval_around_0() -> None:
 def test_the_same_seed_resamples_the_same_prompts_for_both_models() -> None:
     rng = np.random.default_rng(1)
     base, trained = rng.random(50), rng.random(50)
-    both = resampled_means(np.column_stack([base, trained]), resamples=500, seed=7)
     diff = resampled_means(trained - base, resamples=500, seed=7)
-    assert np.allclose(both[:, 1] - both[:, 0], diff)  # paired: one draw for both
+    # Paired: one draw of prompts for both models.
+    assert np.allclose(resampled_means(trained, 500, 7) - resampled_means(base, 500, 7), diff)
     assert paired_comparison(base, trained, 500, 7) == paired_comparison(base, trained, 500, 7)
     low, high = bootstrap_interval(trained - base, 500, 7)
     c = paired_comparison(base, trained, 500, 7)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.jsonfile import read_object, write_object
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def model_identity(folder: Path) -> dict[str, Any]:
     gigabytes again on every run would cost minutes), else every file's; and its tokenizer."""
     from rl_pipeline.models.resolve import METADATA_FILE
 
-    metadata = _read_json(folder / METADATA_FILE)
+    metadata = read_object(folder / METADATA_FILE)
     out: dict[str, Any] = {"tokenizer_sha256": _files_sha256(
         [folder / name for name in _TOKENIZER_FILES if (folder / name).is_file()])}
     if metadata.get("weights_sha256"):
@@ -109,12 +110,12 @@ def claim(folder: Path, identity: RunIdentity, mlflow_run_id: str | None) -> dic
         RuntimeError: If the folder holds another identity's checkpoints.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    before = _read_json(folder / IDENTITY_FILE)
+    before = read_object(folder / IDENTITY_FILE)
     if before and before.get("fingerprint") != identity.fingerprint:
         raise RuntimeError(f"{folder} holds the checkpoints of run identity "
                            f"{before.get('fingerprint')}, not {identity.fingerprint}")
     runs = [*before.get("runs", []), {"mlflow_run_id": mlflow_run_id, "started": time.time()}]
-    _write_json(folder / IDENTITY_FILE, {"fingerprint": identity.fingerprint,
+    write_object(folder / IDENTITY_FILE, {"fingerprint": identity.fingerprint,
                                          "inputs": identity.inputs, "runs": runs})
     return before
 
@@ -156,17 +157,3 @@ def _files_sha256(paths: list[Path]) -> str:
             while chunk := handle.read(1 << 23):
                 digest.update(chunk)
     return digest.hexdigest()
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2))
-    temporary.replace(path)  # atomic: a crash leaves the old file or the new one

@@ -142,7 +142,6 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
     :func:`~rl_pipeline.engines.verl_failures.explain_worker_failure` names the node.
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     unreachable = _unreachable(address)
     started = not ray.is_initialized()
@@ -162,18 +161,13 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         return []
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        task = ray.remote(num_cpus=0)(_node_check)
-        futures = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                       n["NodeID"], soft=False)).remote(paths, reward.on_workers, reward.name,
-                                                        n["Resources"].get("GPU", 0))
-                   for n in nodes]
-        results = ray.get(futures, timeout=TASK_TIMEOUT_S)
+        results = on_each_node(nodes, _node_check, paths, reward.on_workers, reward.name)
         total_gpus = ray.cluster_resources().get("GPU", 0)
     finally:
         if started:
             ray.shutdown()
     for node, result in zip(nodes, results, strict=True):
-        result["node"] = node_label(node)
+        result.update(node=node_label(node), declared_gpus=node["Resources"].get("GPU", 0))
     report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
                          "nodes": results}
     _log_nodes(address, results)
@@ -194,6 +188,17 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
             else:
                 problems.append(Problem("node", node["node"], missing, group="cluster"))
     return problems
+
+
+def on_each_node(nodes: list[dict[str, Any]], fn: Any, *args: Any) -> list[Any]:
+    """``fn(*args)`` as a Ray task pinned to each of ``nodes`` (``ray.nodes()`` entries), the
+    results in their order."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0)(fn)
+    return ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node["NodeID"], soft=False)).remote(*args) for node in nodes], timeout=TASK_TIMEOUT_S)
 
 
 def cuda_devices() -> int:
@@ -231,7 +236,7 @@ def _unreachable(address: str) -> str | None:
 
 
 def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
-                declared_gpus: float) -> dict[str, Any]:
+                ) -> dict[str, Any]:
     """On one node: everything a verl worker there will need."""
     import importlib.util
     import shutil
@@ -258,8 +263,8 @@ def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
         problems.append(f"at least {MIN_FREE_GB:g} GB free for train_checkpoints at "
                         f"{checkpoints} ({free_gb:.1f} GB)")
     return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-            "declared_gpus": declared_gpus, "cuda_devices": cuda_devices(),
-            "free_gb": round(free_gb, 1), "problems": problems}
+            "cuda_devices": cuda_devices(), "free_gb": round(free_gb, 1),
+            "problems": problems}
 
 
 def _log_nodes(address: str, results: list[dict[str, Any]]) -> None:

@@ -198,10 +198,6 @@ def train_verl(overrides: list[str], run_id: str | None,
             declares there (the nodes named; verl's error chained).
         WorkerPlacementError: When they were not placed within ``placement_timeout_s``.
 
-    Args:
-        overrides: The checked overrides (:attr:`VerlPlan.overrides`).
-        run_id: The train stage's MLflow run, or None.
-
     Returns:
         The run; its history is verl's mean score per step, read back from MLflow.
     """

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from rl_pipeline.engines.verl_cluster import (
-    TASK_TIMEOUT_S,
     cuda_devices,
     no_cuda_device,
     node_label,
+    on_each_node,
 )
 
 logger = logging.getLogger(__name__)
@@ -40,15 +40,12 @@ def explain_worker_failure() -> str | None:
     declares GPUs has them (the failure is something else: verl's own error stands).
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
     placed = _gpu_workers_by_node()
     probed = [nodes[i] for i in (placed or nodes) if i in nodes
               and nodes[i]["Resources"].get("GPU", 0)]
-    task = ray.remote(num_cpus=0)(cuda_devices)
-    counts = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote() for n in probed], timeout=TASK_TIMEOUT_S)
+    counts = on_each_node(probed, cuda_devices)
     missing = [no_cuda_device(node_label(n), n["Resources"]["GPU"], seen)
                for n, seen in zip(probed, counts, strict=True) if seen < n["Resources"]["GPU"]]
     if not missing:

@@ -75,9 +75,8 @@ def _metric_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list
 
 
 def _source_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list[str]:
-    rows = {ALL: [metrics[label] for label in labels]}
-    for source in metrics[labels[0]]["by_data_source"]:
-        rows[source] = [metrics[label]["by_data_source"][source] for label in labels]
+    rows = {group: [_groups(metrics[label])[group] for label in labels]
+            for group in _groups(metrics[labels[0]])}
     head = "| data source | prompts | " + " | ".join(labels)
     if len(labels) == 1:
         return [head + " |", "|---|---|---|",
@@ -96,11 +95,9 @@ def _source_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list
 def _in_words(metrics: dict[str, dict[str, Any]]) -> list[str]:
     """The headline's change, over all prompts and per source, and whether it is noise."""
     trained = metrics["trained"]
-    groups = {ALL: trained["vs_base"]["mean_reward"]}
-    groups.update({s: v["vs_base"]["mean_reward"]
-                   for s, v in trained["by_data_source"].items()})
     out = []
-    for name, c in groups.items():
+    for name, values in _groups(trained).items():
+        c = values["vs_base"]["mean_reward"]
         out.append(f"- **{name}** ({c['prompts']} prompts): {_sentence(c)}")
     others = {k: c for k, c in trained["vs_base"].items() if k != "mean_reward"}
     real = [f"{_name(k)} ({c['delta']:+.3g})" for k, c in others.items() if c["distinguishable"]]
@@ -153,17 +150,14 @@ def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
     panels = 3 if len(labels) == 2 else 2
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.8), dpi=100)
     _overall_bars(axes[0], metrics, labels)
-    groups = [ALL, *metrics[labels[0]]["by_data_source"]]
-
-    def at(label: str, group: str) -> dict[str, Any]:
-        return metrics[label] if group == ALL else metrics[label]["by_data_source"][group]
-
+    by_group = {label: _groups(metrics[label]) for label in labels}
+    groups = list(by_group[labels[0]])
     x = np.arange(len(groups))
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
-        values = np.array([at(label, g)["mean_reward"] for g in groups])
-        low = np.array([at(label, g)["mean_reward_ci_low"] for g in groups])
-        high = np.array([at(label, g)["mean_reward_ci_high"] for g in groups])
+        values = np.array([by_group[label][g]["mean_reward"] for g in groups])
+        low = np.array([by_group[label][g]["mean_reward_ci_low"] for g in groups])
+        high = np.array([by_group[label][g]["mean_reward_ci_high"] for g in groups])
         # No value labels: the error bars run through them; the report has the numbers.
         axes[1].bar(x + (i - (len(labels) - 1) / 2) * width, values, width, label=label,
                     yerr=[values - low, high - values], capsize=4)
@@ -172,9 +166,7 @@ def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
     axes[1].set_ylabel("mean reward")
     axes[1].legend()
     if panels == 3:
-        compared = [metrics["trained"]["vs_base"]["mean_reward"] if g == ALL else
-                    metrics["trained"]["by_data_source"][g]["vs_base"]["mean_reward"]
-                    for g in groups]
+        compared = [by_group["trained"][g]["vs_base"]["mean_reward"] for g in groups]
         delta = np.array([c["delta"] for c in compared])
         errors = [delta - [c["ci_low"] for c in compared],
                   np.array([c["ci_high"] for c in compared]) - delta]
@@ -187,6 +179,11 @@ def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def _groups(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One model's metrics over all prompts, then per data source."""
+    return {ALL: model, **model["by_data_source"]}
 
 
 def _overall_bars(ax: Any, metrics: dict[str, dict[str, Any]], labels: list[str]) -> None:

@@ -22,30 +22,28 @@ _CELLS = 4_000_000  # resampled values held at once (32 MB of float64)
 
 
 def resampled_means(values: np.ndarray, resamples: int = 10_000, seed: int = 42) -> np.ndarray:
-    """Means of ``resamples`` bootstrap resamples of the rows of ``values``.
+    """Means of ``resamples`` bootstrap resamples of ``values`` (one per prompt).
 
     Args:
-        values: One row per prompt, one column per quantity (a 1-D array is one column).
+        values: One value per prompt.
         resamples: How many resamples.
-        seed: Seeds the generator; equal seeds and row counts resample the same rows.
+        seed: Seeds the generator; equal seeds and lengths resample the same prompts, so the
+            resampled means of two models' scores differ by those of their differences.
 
     Returns:
-        ``(resamples, columns)``: each resample's column means (a 1-D input: ``(resamples,)``).
+        ``(resamples,)``: each resample's mean.
     """
     values = np.asarray(values, dtype=float)
-    flat = values.ndim == 1
-    table = values[:, None] if flat else values
-    rows = len(table)
-    if rows == 0:
+    if len(values) == 0:
         raise ValueError("a bootstrap needs at least one prompt")
     rng = np.random.default_rng(seed)
-    out = np.empty((resamples, table.shape[1]))
-    chunk = max(1, _CELLS // (rows * table.shape[1]))  # bounded memory at any eval size
+    out = np.empty(resamples)
+    chunk = max(1, _CELLS // len(values))  # bounded memory at any eval size
     for start in range(0, resamples, chunk):
         stop = min(start + chunk, resamples)
-        draws = rng.integers(0, rows, size=(stop - start, rows))
-        out[start:stop] = table[draws].mean(axis=1)
-    return out[:, 0] if flat else out
+        draws = rng.integers(0, len(values), size=(stop - start, len(values)))
+        out[start:stop] = values[draws].mean(axis=1)
+    return out
 
 
 def bootstrap_interval(values: np.ndarray, resamples: int = 10_000,

@@ -21,6 +21,7 @@ import torch
 from rl_pipeline.config import MergeParams
 from rl_pipeline.debris import temporary_work_dir, work_dir
 from rl_pipeline.engines import TRAINING_RUN
+from rl_pipeline.jsonfile import read_object
 from rl_pipeline.merge import MERGE_METADATA, MergeVerificationError
 from rl_pipeline.merge.fsdp import (
     convert_fsdp_checkpoint,
@@ -86,10 +87,10 @@ def make_standalone_model(lora_adapter: str | None, train_checkpoints: str | Non
             metadata = _copy_full_model(source, work, params)
         else:
             metadata = _merge_checkpoint(source, Path(base_model), work, params)
-        metadata = {"base_model": _read_json(Path(base_model) / METADATA_FILE).get(
+        metadata = {"base_model": read_object(Path(base_model) / METADATA_FILE).get(
                         "source", base_model),
                     "base_model_path": base_model,
-                    "training_run": _read_json(training_run) or None, **metadata}
+                    "training_run": read_object(training_run) or None, **metadata}
         (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
         if params.registered_model_name:
             metadata["registered_model"] = {"name": params.registered_model_name,
@@ -131,7 +132,7 @@ def _training_result(lora_adapter: str | None,
             return "adapter", _adapter_folder(Path(lora_adapter))
         # verl's full fine-tuning run records itself here; its weights are in the checkpoint
         # it names (in the run identity's folder under train_checkpoints).
-        recorded = _read_json(Path(lora_adapter) / TRAINING_RUN).get("checkpoint")
+        recorded = read_object(Path(lora_adapter) / TRAINING_RUN).get("checkpoint")
         logger.info("%s holds no adapter (full fine-tuning): converting the checkpoint %s",
                     lora_adapter, recorded or "newest in train_checkpoints")
         if recorded and Path(recorded).is_dir():
@@ -181,7 +182,7 @@ def _merge_checkpoint(actor: Path, base: Path, out: Path, params: MergeParams) -
         for item in converted.iterdir():
             item.rename(out / item.name)
     logger.info("Converted the full fine-tuning checkpoint %s", actor)
-    config = _read_json(out / "config.json")
+    config = read_object(out / "config.json")
     return {"checkpoint": str(actor), "adapter": None,
             "dtype": config.get("dtype") or config.get("torch_dtype"),
             "verification": verification}
@@ -232,13 +233,6 @@ def _dtype(name: str, base: Path) -> torch.dtype:
     """The merged weights' dtype: ``name``, or for ``auto`` the one ``base`` declares."""
     if name != "auto":
         return getattr(torch, name)
-    config = _read_json(base / "config.json")
+    config = read_object(base / "config.json")
     declared = config.get("dtype") or config.get("torch_dtype") or "float32"
     return getattr(torch, declared) if isinstance(declared, str) else torch.float32
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}

@@ -84,10 +84,9 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
     before = claim(folder, identity, run_id)
     engine = get_engine(name)
     result = engine.train(plan, setup, train_prompts, val_prompts, run_id)
-    continued = result.summary.get("resumed_from_step", 0) > 0 or \
-        result.summary.get("already_complete", False)
-    earlier = previous_run_id(before) if continued else None
     complete = result.summary.get("already_complete", False)
+    continued = complete or result.summary.get("resumed_from_step", 0) > 0
+    earlier = previous_run_id(before) if continued else None
     result.summary.update({
         "identity": identity.fingerprint, "checkpoints": str(folder), "mlflow_run_id": run_id,
         "resume": train.resume, "resumed": continued, "resumed_from_run": earlier,
