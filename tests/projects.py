@@ -134,3 +134,10 @@ def mlflow_runs(project: Path) -> tuple:
 def run_tags(runs: list, name: str) -> dict[str, str]:
     (run,) = [r for r in runs if r.info.run_name == name]
     return run.data.tags
+
+
+def readme_block(containing: str) -> str:
+    """The README's fenced code block that contains ``containing``, as a user copies it."""
+    blocks = (PROJECT_ROOT / "README.md").read_text().split("```")[1::2]
+    (block,) = [b for b in blocks if containing in b]
+    return block.split("\n", 1)[1]  # without the language tag

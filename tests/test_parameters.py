@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from kedro.config import OmegaConfigLoader
 
-from rl_pipeline.config import FOLLOWERS, ConfigError, disagreeing_followers
+from rl_pipeline.config import (
+    FOLLOWERS,
+    ConfigError,
+    DataParams,
+    RewardParams,
+    cross_group_problems,
+    disagreeing_followers,
+)
 from rl_pipeline.hooks import PARAMETER_GROUPS as GROUPS
 from tests.conftest import PROJECT_ROOT
 from tests.projects import kedro_run, make_project
@@ -160,3 +167,13 @@ def test_train_resume_takes_auto_never_or_a_checkpoint_folder(tmp_path) -> None:
             TrainParams.model_validate({"resume": str(value)})
         assert f"train.resume={str(value)!r}" in str(failure.value) and why in str(
             failure.value), str(failure.value)
+
+
+def test_the_overlong_buffer_must_lie_inside_the_response_cap() -> None:
+    groups = {"reward": RewardParams(overlong_buffer_len=64),
+              "data": DataParams(data_max_response_length=64)}
+    (problem,) = cross_group_problems(groups)
+    assert problem.startswith("reward.overlong_buffer_len=64: must be below the response cap "
+                              "data.data_max_response_length (64)")
+    groups["data"] = DataParams(data_max_response_length=256)
+    assert cross_group_problems(groups) == []

@@ -22,8 +22,9 @@ from kedro.io.core import Version
 from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
+from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE
 from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, SMOLLM2_GGUF
-from tests.projects import kedro_run, make_project, mlflow_runs, run_tags
+from tests.projects import kedro_run, make_project, mlflow_runs, readme_block, run_tags
 
 pytestmark = pytest.mark.slow
 # The base configuration's model is a hub id; offline, the GPU-configuration tests use SmolLM2.
@@ -54,8 +55,9 @@ def smollm2_tokenizer(smollm2_dir):
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory) -> Path:
+    """data_prep of the base configuration (GSM8K), SmolLM2's tokenizer counting tokens."""
     project = make_project(tmp_path_factory.mktemp("default"))
-    result = kedro_run(project, "--pipeline", "data_prep")
+    result = kedro_run(project, "--pipeline", "data_prep", "--params", SMOLLM2, env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return project
 
@@ -78,7 +80,7 @@ def test_default_run_writes_all_gsm8k_prompts_that_verl_loads(default_run, smoll
     dataset = RLHFDataset(data_files=[path[-1]], tokenizer=smollm2_tokenizer, config=config)
     assert len(dataset) == 7473
     item = dataset[0]
-    instruction = data_prep_params(default_run).instruction
+    instruction = data_prep_params(default_run, env="local").instruction
     assert instruction and item["raw_prompt"][0]["content"].endswith(" " + instruction)
 
 
@@ -105,7 +107,7 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
     report = json.loads((reporting / "preflight_report.json").read_text())
     assert report["engine"] == "verl" and report["training"] is False
     assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2}
-    assert report["reward"]["reference_mean"] == 1.0
+    assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0  # the reward self-test
     # verl's rollout server built the `vllm serve` command and vLLM's parser took all of it.
     assert report["vllm_args"]["unrecognized"] == [] and report["vllm_args"]["vllm"] == "0.24.0"
     assert "--mm_processor_cache_gb" in report["vllm_args"]["argv"]
@@ -147,11 +149,11 @@ def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_to
 
     project = make_project(tmp_path)
     result = kedro_run(project, "--pipeline", "data_prep",
-                       "--params", "data.data_max_prompt_length=100")
+                       "--params", f"{SMOLLM2},data.data_max_prompt_length=100", env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((project / "data/08_reporting/data_prep_report.json").read_text())
 
-    params = data_prep_params(project)
+    params = data_prep_params(project, env="local")
     for split, source in (("train", GSM8K_TRAIN), ("val", GSM8K_TEST)):
         questions = [json.loads(line)["question"] for line in source.read_text().splitlines()]
         independent = sum(
@@ -170,14 +172,15 @@ def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
                                                                        tiny_model_dir) -> None:
     project = make_project(tmp_path)
     model = f"base_model={tiny_model_dir}"
-    first = kedro_run(project, "--pipeline", "data_prep", "--params", model)
+    first = kedro_run(project, "--pipeline", "data_prep", "--params", model, env=None)
     assert first.returncode == 0, first.stderr[-3000:]
     before = sorted(glob.glob(str(project / "data/05_model_input/*/*/*.parquet")))
     assert len(before) == 2
 
     failed = kedro_run(project, "--pipeline", "data_prep", "--params",
                        f"{model},data.data_max_prompt_length=150,"
-                       "data.data_filter_overlong_prompts=false,data.data_truncation=error")
+                       "data.data_filter_overlong_prompts=false,data.data_truncation=error",
+                       env=None)
     assert failed.returncode != 0
     output = failed.stdout + failed.stderr
     assert "prompt(s) longer than data_max_prompt_length=150 tokens" in output
@@ -253,7 +256,9 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert run_tags(runs, "eval")["dataset.loaded.merged_model"] == \
         run_tags(runs, "merge")["dataset.saved.merged_model"]
     prep, train, merge, evaluation = runs
-    assert prep.data.metrics["data_prep.rows_out.val"] == 1319
+    assert prep.data.metrics["data_prep.rows_out.val"] == 200  # conf/cpu's held-out additions
+    assert prep.data.metrics["data_prep.reward_self_test.rl_pipeline/arithmetic.gold_correct"] \
+        == 1.0
     assert "eval.max_prompts" not in prep.data.params
     assert train.data.params["train.engine"] == "trl"
     # Typed groups are logged field by field (defaults included), not as one long string.
@@ -271,6 +276,17 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png",
                          "eval/eval_generations.json"}
+    # The verdict: first in the report, and a tag of the eval run.
+    verdict = metrics["trained"]["verdict"]["verdict"]
+    assert verdict in (LEARNED, HACKING, WORSE, NO_CHANGE)
+    assert report.splitlines()[2].startswith(f"**Verdict: {verdict}.**")
+    assert run_tags(runs, "eval")["eval.verdict"] == verdict
+    assert run_tags(runs, "eval")["eval.verdict.rl_pipeline/arithmetic"] == verdict
+    # The README's example reads the generations table and the verdict, as written.
+    example = subprocess.run([sys.executable, "-c", readme_block("mlflow.load_table")],
+                             cwd=project, capture_output=True, text=True, timeout=120)
+    assert example.returncode == 0, example.stderr[-2000:]
+    assert example.stdout.splitlines()[0] == verdict and "What is" in example.stdout
 
     # The train stage again, unchanged: the same identity, complete, so nothing is trained;
     # its run says so and names the run whose weights it re-exports.

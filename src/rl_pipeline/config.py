@@ -45,6 +45,7 @@ FOLLOWERS: tuple[Follower, ...] = (
     Follower("train.trl.max_completion_length", "data.data_max_response_length"),
     Follower("eval.max_new_tokens", "data.data_max_response_length"),
     Follower("eval.vllm_gpu_memory_utilization", "train.verl.rollout_gpu_memory_utilization"),
+    Follower("eval.correct_reward", "reward.correct_score"),
 )
 
 
@@ -75,6 +76,19 @@ def disagreeing_followers(groups: Mapping[str, Any]) -> list[str]:
             follow(f.name, value, owner_value)
         except ConfigError as exc:
             problems.append(str(exc))
+    return problems
+
+
+def cross_group_problems(groups: Mapping[str, Any]) -> list[str]:
+    """Every rule over two groups that a group alone cannot check: the followers
+    (:func:`disagreeing_followers`) and the overlong buffer inside the response cap."""
+    problems = disagreeing_followers(groups)
+    buffer = _lookup(groups, "reward.overlong_buffer_len")
+    cap = _lookup(groups, "data.data_max_response_length")
+    if _ABSENT not in (buffer, cap) and buffer >= cap:
+        problems.append(f"reward.overlong_buffer_len={buffer}: must be below the response cap "
+                        f"data.data_max_response_length ({cap}); DAPO uses a buffer of a "
+                        "quarter of it or less")
     return problems
 
 
@@ -184,6 +198,15 @@ class DataParams(ParamGroup):
     )
 
 
+class FewShotExample(ParamGroup):
+    """One worked example of ``data_prep.few_shot``."""
+
+    question: str = Field(min_length=1, description="The example's question, as the prompt "
+                          "field would hold it; the instruction is appended as to any question.")
+    answer: str = Field(min_length=1, description="The assistant's reply: a worked answer in "
+                        "the format the reward reads.")
+
+
 class DataPrepParams(ParamGroup):
     """How raw records become verl prompts (the ``data_prep`` group)."""
 
@@ -208,6 +231,13 @@ class DataPrepParams(ParamGroup):
         None, description="Pattern for answer_extraction='regex'; group 1 is the ground truth."
     )
     system_prompt: str | None = Field(None, description="Optional system message.")
+    few_shot: list[FewShotExample] = Field(
+        default_factory=list,
+        description="Worked examples put before every question as earlier chat turns (a user "
+        "turn with the example's question and the instruction, an assistant turn with its "
+        "answer): lm-evaluation-harness's multi-turn few-shot format. A small model copies an "
+        "example's format far more reliably than it follows an instruction. Each is "
+        "{question: ..., answer: ...}.")
     instruction: str = Field(
         "", description="Appended to the question, after one space (e.g. verl's GSM8K "
         "'Let's think step by step and output the final answer after \"####\".')."
@@ -246,10 +276,12 @@ class CustomRewardFunction(ParamGroup):
     name: str = Field(
         "compute_score",
         description="The function's name. Built-ins: compute_score (by data_source: GSM8K "
-        "strict, MATH via math-verify, else verl's default), strict_gsm8k, flexible_gsm8k, "
-        "math_verify_score, gsm8k_format_credit (compute_score, plus 0.1 for a wrong GSM8K "
-        "answer in the '#### <number>' format). Signature: (data_source, solution_str, "
-        "ground_truth, extra_info=None) -> float | dict with 'score'.",
+        "strict, MATH via math-verify, else verl's default; docs/rewards.md), strict_gsm8k, "
+        "flexible_gsm8k, math_verify_score, gsm8k_format_credit (1.0 for one correct "
+        "'#### <number>' answer, 0.1 for a wrong one in a well-formed response: ended by "
+        "itself, one answer, not repetitive). Signature: (data_source, solution_str, "
+        "ground_truth, extra_info=None) -> float | dict with 'score'; extra_info carries "
+        "response_length, max_response_length and truncated.",
     )
 
 
@@ -263,6 +295,23 @@ class RewardParams(ParamGroup):
     strict: bool = Field(
         False, description="Fail when the reward function raises; otherwise that sample "
         "scores 0 and is counted in the metrics (reward_errors).")
+    correct_score: float = Field(
+        1.0, description="A response is correct when its reward is at least this: pass@k, "
+        "maj@k and the eval verdict off GSM8K-style sources, and the reward self-test. The "
+        "built-in rewards pay 1.0 for a correct answer.")
+    overlong_buffer_len: int = Field(
+        0, ge=0, description="DAPO's soft overlong punishment: over the last this many tokens "
+        "before the response cap (data.data_max_response_length) the reward falls linearly, "
+        "from 0 to -overlong_penalty_factor at the cap, so that answers learn to end before "
+        "it. 0: off. Must be below the cap.")
+    overlong_penalty_factor: float = Field(
+        1.0, ge=0, description="The overlong penalty at the response cap (DAPO: 1.0).")
+    self_test: Literal["error", "warn", "off"] = Field(
+        "error", description="Before data_prep publishes prompts and before training: score "
+        "each data source's ground truths written as an ideal response, and a wrong answer. "
+        "'error' fails when golds do not score reward.correct_score or wrong answers score "
+        "as high (on 10% of rows or more), naming the data source, its scorer and example "
+        "rows; 'warn' logs it; 'off' skips it.")
 
 
 class EvalParams(ParamGroup):
@@ -283,10 +332,9 @@ class EvalParams(ParamGroup):
         description="The k of pass@k (unbiased estimator) and maj@k (majority vote over the "
         "answers of the first k samples). A k above the samples per prompt (n_samples; 1 "
         "when greedy) is skipped, and the report says so.")
-    correct_reward: float = Field(
-        1.0, description="A sample counts as correct for pass@k and maj@k when the reward "
-        "(the reward group's function, the headline) is at least this; the built-in rewards "
-        "pay 1.0 for a correct answer.")
+    correct_reward: float | None = Field(
+        None, description="A sample counts as correct for pass@k and maj@k when the reward "
+        "is at least this. Follows reward.correct_score (null); another value is refused.")
     bootstrap_resamples: int = Field(
         10_000, ge=100, description="Resamples of the paired bootstrap over prompts that "
         "gives every base-versus-trained delta its 95% interval (seeded by eval.seed).")

@@ -23,7 +23,7 @@ from rl_pipeline.config import (
     MergeParams,
     ParamGroup,
     RewardParams,
-    disagreeing_followers,
+    cross_group_problems,
 )
 from rl_pipeline.debris import sweep
 from rl_pipeline.engines.train_params import TrainParams
@@ -58,7 +58,7 @@ class WholeConfigurationHook:
             except ConfigError as exc:
                 problems.append(str(exc))
         if not problems:
-            problems = [f"  - {p}" for p in disagreeing_followers(groups)]
+            problems = [f"  - {p}" for p in cross_group_problems(groups)]
         if problems:
             raise ConfigError("\n".join(problems))
 
@@ -187,6 +187,14 @@ class LineageHook:
             mlflow.set_tags({f"train.{k}": str(summary.get(k)).lower() for k in (
                 "identity", "resumed", "resumed_from_step", "resumed_from_run",
                 "already_complete", "weights_run_id")})
+        metrics = outputs.get("eval_metrics")
+        if isinstance(metrics, dict) and "verdict" in metrics.get("trained", {}):
+            verdict = metrics["trained"]["verdict"]  # the eval stage: what training did
+            mlflow.set_tags({
+                "eval.verdict": verdict["verdict"],
+                "eval.verdict_reasons": "; ".join(verdict["reasons"])[:_TAG_LIMIT],
+                **{f"eval.verdict.{source}": v["verdict"]
+                   for source, v in verdict["by_data_source"].items()}})
         metadata = outputs.get("merge_metadata")
         if isinstance(metadata, dict):  # the merge stage: the train run and its prompt data
             self._tag_sources(metadata.get("training_run") or {})

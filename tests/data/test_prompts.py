@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_pipeline.config import DataPrepParams
+from rl_pipeline.config import ConfigError, DataPrepParams
 from rl_pipeline.data.prompts import (
     DataError,
     chat_messages,
@@ -144,3 +144,16 @@ def test_text_only_data_has_no_image_column() -> None:
     params = DataPrepParams(dataset_prompt_column="q", answer_column="a")
     work, _, _ = extract_work_frame(_raw([{"q": "x", "a": "1"}]), params, "images")
     assert "images" not in to_verl_frame(work, params, "val", "images").columns
+
+
+def test_few_shot_examples_come_first_as_earlier_chat_turns() -> None:
+    params = DataPrepParams(system_prompt="Be brief.", instruction='End with "#### <number>".',
+                            few_shot=[{"question": "What is 7 + 25?",
+                                       "answer": "7 + 25 = 32\n#### 32"}])
+    assert chat_messages("What is 57 + 26?", params) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": 'What is 7 + 25? End with "#### <number>".'},
+        {"role": "assistant", "content": "7 + 25 = 32\n#### 32"},
+        {"role": "user", "content": 'What is 57 + 26? End with "#### <number>".'}]
+    with pytest.raises(ConfigError, match=r"data_prep.few_shot.0.answer"):
+        DataPrepParams.model_validate({"few_shot": [{"question": "q", "answer": ""}]})

@@ -182,6 +182,45 @@ def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_pat
     assert len(decode_steps) >= params.max_completion_length // 2, lengths
 
 
+def test_the_reward_learns_from_trl_how_each_completion_ended(tiny_model_dir,
+                                                               tmp_path) -> None:
+    """TRL gives completion ids; a completion without end-of-sequence that fills the cap is
+    truncated, and gsm8k_format_credit then withholds its format credit."""
+    from transformers import AutoTokenizer
+
+    from rl_pipeline.engines.trl_engine import TrlReward
+
+    eos = AutoTokenizer.from_pretrained(tiny_model_dir).eos_token_id
+    reward = TrlReward(RewardParams(custom_reward_function={"name": "gsm8k_format_credit"}),
+                       stop_ids=(eos, None), max_completion_length=4)
+    wrong = [{"role": "assistant", "content": "She had 70. #### 70"}]
+    scores = reward(prompts=[[]] * 3, completions=[wrong] * 3,
+                    data_source=["openai/gsm8k"] * 3, ground_truth=["72"] * 3,
+                    extra_info=["{}"] * 3,
+                    completion_ids=[[5, 6, eos], [5, 6, 7, 8], [5, 6, 7, eos]])
+    assert scores == [0.1, 0.0, 0.1]  # ended; cut at the cap of 4; ended at the cap
+    # In GRPOTrainer, from TRL's own completion ids: a reward that pays for truncation is
+    # paid exactly for the completions that fill the cap without end-of-sequence.
+    from rl_pipeline.engines.trl_config import grpo_config
+
+    truncation = tmp_path / "truncation.py"
+    truncation.write_text("def score(data_source, solution_str, ground_truth, extra_info):\n"
+                          "    return float(extra_info['truncated'])\n")
+    params = TrlParams(**{**FAST, "per_device_train_batch_size": 8, "num_generations": 8,
+                          "max_steps": 1})
+    dataset = prompts_dataset(gsm8k_prompts(1))
+    paid = RewardParams(custom_reward_function={"path": str(truncation), "name": "score"})
+    trainer = trainer_class("grpo")(
+        model=str(tiny_model_dir), args=grpo_config(params, str(tmp_path), use_cpu=True),
+        train_dataset=dataset, reward_funcs=[TrlReward(paid, (eos, None), 16)])
+    out = trainer._generate_and_score_completions([dataset[0]] * 8)
+    ids, mask = out["completion_ids"], out["completion_mask"]
+    lengths = mask.sum(dim=1)
+    expected = [float(n == 16 and ids[i, n - 1] != eos) for i, n in enumerate(lengths.tolist())]
+    assert trainer._metrics["train"]["rewards/score/mean"][-1] == pytest.approx(
+        sum(expected) / len(expected))
+
+
 def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
     frame = gsm8k_prompts(4)
     train_file = tmp_path / "train.parquet"
@@ -195,10 +234,12 @@ def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
         plan_trl(params, reward, str(train_file), str(tiny_model_dir), str(tmp_path), 4)
     message = str(err.value)
     assert "train.trl.num_generations=4: a divisor of the effective batch 6" in message
-    assert "reward.custom_reward_function.name='score'" in message and "KeyError" in message
+    # The reward self-test names the data source, the reward's file and what it raised.
+    assert "data_prep.data_source='openai/gsm8k': reward self-test failed" in message
+    assert f"score from {broken}" in message and "KeyError" in message
     report, config_yaml = plan_trl(TrlParams(), RewardParams(), str(train_file),
                                    str(tiny_model_dir), str(tmp_path), 4)
-    assert report["reward"]["reference_mean"] == 1.0 and report["reward"]["empty_mean"] == 0.0
+    assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0
     assert "num_generations: 4" in config_yaml and "r: 16" in config_yaml
 
 

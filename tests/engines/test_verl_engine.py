@@ -60,13 +60,16 @@ def test_plan_composes_checks_and_wires_the_catalog(inputs) -> None:
     assert config.trainer.resume_mode == "auto"
     assert list(config.trainer.logger) == ["console", "mlflow"]
     assert config.reward.custom_reward_function.path == "pkg://rl_pipeline.rewards.scoring"
+    # verl loads our reward manager, which tells the reward how each response ended.
+    assert (config.reward.reward_manager.source, config.reward.reward_manager.name) == \
+        ("importlib", "ResponseFactsRewardManager")
     runtime_env = config.ray_kwargs.ray_init.runtime_env
     assert runtime_env.env_vars.MLFLOW_TRACKING_URI == inputs.tracking_uri
     assert list(runtime_env.pip) == ["transformers==5.10.4", "peft>=0.17"]
     assert not config.critic.get("enable")
-    # verl's reward path scored the reference answers 1 and empty responses 0 (GSM8K strict).
-    assert plan.report["reward"]["reference_mean"] == 1.0
-    assert plan.report["reward"]["empty_mean"] == 0.0
+    # The reward self-test, through verl's reward path: golds 1, wrong answers lower.
+    assert plan.report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0
+    assert plan.report["reward"]["openai/gsm8k"]["wrong_below_gold"] == 1.0
     assert plan.report["prompts"]["train_prompts"]["rows_checked"] == 16
     assert plan.command.startswith("python -m verl.trainer.main_ppo ")
 
@@ -107,9 +110,45 @@ def test_a_reward_that_raises_fails_preflight_naming_it(inputs, tmp_path) -> Non
     broken.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return 1 / 0\n")
     reward = RewardParams(custom_reward_function={"path": str(broken), "name": "score"})
-    with pytest.raises(PreflightError, match=r"reward.custom_reward_function.name='score'.*"
-                                             r"ZeroDivisionError"):
+    with pytest.raises(PreflightError, match=r"data_prep.data_source='openai/gsm8k': reward "
+                                             r"self-test failed.*ZeroDivisionError"):
         _plan(inputs, reward=reward)
+
+
+def test_verls_reward_manager_tells_the_reward_how_each_response_ended(inputs) -> None:
+    """Through verl's own load_reward_manager and reward loop call: a wrong answer earns the
+    format credit when it ended (EOS, or short of the cap), nothing when the cap cut it."""
+    import numpy as np
+    import torch
+    from omegaconf import open_dict
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    config = _plan(inputs, reward=RewardParams(
+        custom_reward_function={"name": "gsm8k_format_credit"})).config
+    tokenizer = AutoTokenizer.from_pretrained(inputs.model_path)
+    reply = tokenizer("She had 70. #### 70", add_special_tokens=False)["input_ids"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id or 0
+    row = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"},
+           "extra_info": {"split": "train", "index": 0}}
+
+    def score(responses: list[int], valid: int, cap: int) -> float:
+        checked = config.copy()
+        with open_dict(checked):
+            checked.data.max_response_length = cap
+        manager = load_reward_manager(checked, tokenizer)
+        data = DataProto.from_dict(
+            tensors={"prompts": torch.tensor([[5, 6]]), "responses": torch.tensor([responses]),
+                     "attention_mask": torch.tensor([[1, 1] + [1] * valid
+                                                     + [0] * (len(responses) - valid)])},
+            non_tensors={k: np.array([v], dtype=object) for k, v in row.items()})
+        return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
+
+    n = len(reply)
+    assert score(reply + [pad] * 4, n, n + 4) == 0.1  # short of the cap: ended
+    assert score(reply + [eos], n + 1, n + 1) == 0.1  # EOS as the last token of the cap
+    assert score(reply, n, n) == 0.0  # the cap cut it off
 
 
 def test_data_longer_than_the_limit_is_named(inputs) -> None:

@@ -57,7 +57,7 @@ def test_majority_vote_counts_answers_and_breaks_ties_by_first_appearance() -> N
 
 def test_usable_k_skips_k_above_the_samples() -> None:
     assert usable_k([8, 1, 4, 4], 4) == ([1, 4], [8])
-    assert usable_k([4], 1) == ([], [4])
+    assert usable_k([4], 1) == ([1], [4])  # pass@1 always: the verdict's correctness
 
 
 def _frame() -> pd.DataFrame:
@@ -82,7 +82,8 @@ def _frame() -> pd.DataFrame:
                 "strict": math.nan if strict[s] is None else float(strict[s]),
                 "flexible": math.nan if flexible[s] is None else float(flexible[s]),
                 "strict_format": math.nan if formatted[s] is None else float(formatted[s]),
-                "response_tokens": 10 * (prompt + 1), "truncated": prompt == 2 and s == 3})
+                "response_tokens": 10 * (prompt + 1), "truncated": prompt == 2 and s == 3,
+                "repetitive": prompt == 1 and s < 2, "no_reasoning": s == 0})
     return pd.DataFrame(records).sample(frac=1, random_state=0)  # any row order
 
 
@@ -121,6 +122,10 @@ def test_model_metrics_by_hand() -> None:
     assert m["mean_reward_ci_low"] <= m["mean_reward"] <= m["mean_reward_ci_high"]
     assert (m["prompts"], m["samples_per_prompt"], m["reward_errors"]) == (3, 4, 1)
     assert m["mean_response_tokens"] == 20 and m["truncation_rate"] == pytest.approx(1 / 12)
+    assert m["repetition_rate"] == pytest.approx(2 / 12)
+    assert m["no_reasoning_rate"] == pytest.approx(3 / 12)
+    gsm8k = m["by_data_source"]["openai/gsm8k"]
+    assert (gsm8k["repetition_rate"], gsm8k["truncation_rate"]) == (0.25, 0.0)
     math_source = m["by_data_source"]["lighteval/MATH"]
     assert math_source["mean_reward"] == 0.5 and math_source["strict_accuracy"] is None
     assert math_source["maj_at_4"] == 0.0 and math_source["pass_at_1"] == 0.5

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rl_pipeline.config import RewardParams
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.metrics import compare_models, model_metrics, per_prompt_scores
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
@@ -53,7 +54,8 @@ TRAINED = [["#### 72", "#### 72"],
 def _score(texts: list[list[str]], label: str, reward_file: Path) -> pd.DataFrame:
     generations = [Generation(p, s, text, tokens=5, truncated=False)
                    for p, samples in enumerate(texts) for s, text in enumerate(samples)]
-    return score_generations(PROMPTS, generations, label, eval_reward(str(reward_file), "score"))
+    reward = RewardParams(custom_reward_function={"path": str(reward_file), "name": "score"})
+    return score_generations(PROMPTS, generations, label, eval_reward(reward), max_new_tokens=64)
 
 
 @pytest.fixture

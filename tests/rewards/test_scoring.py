@@ -8,8 +8,11 @@ import pytest
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
+from rl_pipeline.config import RewardParams
 from rl_pipeline.rewards import (
+    OverlongPenalty,
     SafeReward,
+    build_reward,
     compute_score,
     flexible_gsm8k,
     gsm8k_format_credit,
@@ -17,6 +20,8 @@ from rl_pipeline.rewards import (
     math_verify_score,
     strict_gsm8k,
 )
+from rl_pipeline.rewards.form import response_facts
+from rl_pipeline.rewards.scoring import FORMAT_CREDIT, verl_reward
 
 # Responses of the kinds models give, with the ground truth 72.
 RESPONSES = [
@@ -60,17 +65,78 @@ def test_flexible_compares_numbers_by_value() -> None:
     assert flexible_gsm8k("openai/gsm8k", "It costs 1072 or 1073", "1072") == 0.0
 
 
-def test_format_credit_pays_a_little_for_the_format_and_fully_for_the_answer() -> None:
-    scores = {r: gsm8k_format_credit("openai/gsm8k", r, "72") for r in RESPONSES}
-    for response, score in scores.items():
-        strict = strict_gsm8k("openai/gsm8k", response, "72")
-        formatted = verl_gsm8k.extract_solution(response, method="strict") is not None
-        assert score == (1.0 if strict else 0.1 if formatted else 0.0), response
-    assert scores["She sold 70 clips. #### 70"] == 0.1
-    assert scores["The answer is 72"] == 0.0
+# The exact degenerate answers of the default CPU run before the reward refused them: a
+# guessed number in the format, repeated until the 96-token cap (62 of 64 trained answers).
+FARMED = "#### 10\n" * 32
+ENDED = response_facts(20, 96, truncated=False)
+CUT = response_facts(96, 96, truncated=True)
+
+
+def test_format_credit_refuses_a_guess_repeated_to_the_length_cap() -> None:
+    for facts in (CUT, ENDED, None):  # truncated, ended, or not said: no credit either way
+        assert gsm8k_format_credit("openai/gsm8k", FARMED, "18", facts) == 0.0
+    # Not even when the repeated guess is right: it is not one final answer.
+    assert gsm8k_format_credit("openai/gsm8k", FARMED, "10", CUT) == 0.0
+    # The same loop within a line.
+    assert gsm8k_format_credit("openai/gsm8k", "The answer is #### 10. " * 12, "18", ENDED) == 0.0
+
+
+@pytest.mark.parametrize(("response", "facts", "expected"), [
+    # One correct answer: 1.0, ended or not (truncation costs only the format credit).
+    ("48/2 = 24 in May, 48 + 24 = 72 altogether.\n#### 72", ENDED, 1.0),
+    ("48/2 = 24 in May, 48 + 24 = 72 altogether.\n#### 72", CUT, 1.0),
+    ("#### 1,072", ENDED, FORMAT_CREDIT),  # 1072, not 72: wrong, but well-formed
+    ("So she sold 72 clips.\n#### 72.0", ENDED, 1.0),
+    # A wrong answer in a well-formed response: the credit.
+    ("She sold 70 clips. #### 70", ENDED, FORMAT_CREDIT),
+    # ... but not when the cap cut it off: it did not end by itself.
+    ("She sold 70 clips. #### 70", CUT, 0.0),
+    # Two answers (hedging) or none: nothing.
+    ("I think #### 72 but wait, it is #### 71", ENDED, 0.0),
+    ("The answer is 72", ENDED, 0.0),
+    ("", ENDED, 0.0),
+    # A reasoned answer whose lines repeat: nothing, right or wrong.
+    ("24 + 48 = 72\n24 + 48 = 72\n24 + 48 = 72\n#### 72", ENDED, 0.0),
+])
+def test_format_credit_pays_only_for_a_single_final_answer_that_ended_by_itself(
+        response: str, facts: dict, expected: float) -> None:
+    assert gsm8k_format_credit("openai/gsm8k", response, "72", facts) == expected
+
+
+def test_format_credit_applies_to_gsm8k_style_sources_only() -> None:
+    assert gsm8k_format_credit("rl_pipeline/arithmetic", "57 + 26 = 83\n#### 83", "83",
+                               ENDED) == 1.0
     # Other sources score exactly as compute_score.
     assert gsm8k_format_credit("math", r"\boxed{3}", "4") == 0.0
+    assert gsm8k_format_credit("math", r"\boxed{4}", "4") == 1.0
     assert load_reward_function(None, "gsm8k_format_credit") is gsm8k_format_credit
+
+
+@pytest.mark.parametrize(("length", "expected"), [
+    (10, 0.0), (64, 0.0),  # before the buffer (the last 32 of 96 tokens)
+    (72, -0.25), (80, -0.5), (96, -1.0)])  # linear, -factor at the cap
+def test_overlong_penalty_falls_linearly_over_the_buffer(length: int, expected: float) -> None:
+    penalty = OverlongPenalty(buffer_len=32, factor=1.0)
+    assert penalty(response_facts(length, 96, truncated=length == 96)) == pytest.approx(expected)
+    assert OverlongPenalty(buffer_len=32, factor=0.5)(response_facts(length, 96, False)) == \
+        pytest.approx(expected / 2)
+    assert OverlongPenalty(0)(response_facts(length, 96, False)) == 0.0  # off
+    assert penalty({}) == 0.0  # no length given: no penalty
+
+
+def test_the_reward_group_builds_one_reward_for_trainers_and_eval() -> None:
+    reward = RewardParams.model_validate({
+        "custom_reward_function": {"name": "gsm8k_format_credit"},
+        "overlong_buffer_len": 16, "overlong_penalty_factor": 1.0})
+    built = build_reward(reward)
+    right = "24 + 48 = 72\n#### 72"
+    assert built("openai/gsm8k", right, "72", response_facts(10, 64, False)) == 1.0
+    # 56 of 64 tokens: half-way into the 16-token buffer.
+    assert built("openai/gsm8k", right, "72", response_facts(56, 64, False)) == 0.5
+    # verl's entry point, with the group's settings as verl passes them (reward_kwargs).
+    assert verl_reward("openai/gsm8k", right, "72", response_facts(56, 64, False),
+                       reward_name="gsm8k_format_credit", overlong_buffer_len=16,
+                       overlong_penalty_factor=1.0) == 0.5
 
 
 def test_math_verify_on_boxed_answers() -> None:

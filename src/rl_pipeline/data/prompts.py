@@ -80,8 +80,12 @@ def user_content(question: str, params: DataPrepParams) -> str:
 
 
 def chat_messages(question: str, params: DataPrepParams) -> list[dict[str, str]]:
-    """The chat messages of one prompt."""
+    """The chat messages of one prompt: the system message, the few-shot examples as earlier
+    turns, then the question."""
     messages = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
+    for example in params.few_shot:
+        messages += [{"role": "user", "content": user_content(example.question, params)},
+                     {"role": "assistant", "content": example.answer}]
     messages.append({"role": "user", "content": user_content(question, params)})
     return messages
 

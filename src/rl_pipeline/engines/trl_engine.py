@@ -36,7 +36,9 @@ from rl_pipeline.engines.base import (
 from rl_pipeline.engines.trl_config import grpo_config, lora_config, with_owners
 from rl_pipeline.engines.trl_params import TrlParams
 from rl_pipeline.engines.verl_preflight import PreflightError, Problem
-from rl_pipeline.rewards import SafeReward, load_reward_function, sanity_check
+from rl_pipeline.rewards import build_reward
+from rl_pipeline.rewards.form import response_facts
+from rl_pipeline.rewards.self_test import run_self_test
 
 logger = logging.getLogger(__name__)
 _METRIC_NAME = re.compile(r"[^\w\-./ ]")
@@ -61,20 +63,36 @@ def prompts_dataset(frame: pd.DataFrame) -> Any:
 
 
 class TrlReward:
-    """The ``reward`` group's function (verl's signature) as a TRL reward function."""
+    """The ``reward`` group's function (verl's signature) as a TRL reward function.
 
-    def __init__(self, reward: RewardParams) -> None:
-        fn = reward.custom_reward_function
-        self.safe = SafeReward(load_reward_function(fn.path, fn.name), strict=reward.strict)
-        self.__name__ = fn.name  # TRL names the per-function metrics after it
+    TRL passes each completion's token ids; whether it ended by itself (its last token an
+    end-of-sequence or padding token, TRL's own ``mask_truncated_completions`` test) and its
+    length go to the reward in ``extra_info`` (:func:`~rl_pipeline.rewards.form.
+    response_facts`), as eval and the verl engine give them.
+    """
+
+    def __init__(self, reward: RewardParams, stop_ids: Sequence[int | None] = (),
+                 max_completion_length: int | None = None) -> None:
+        self.safe = build_reward(reward)
+        self.stop_ids = {i for i in stop_ids if i is not None}
+        self.cap = max_completion_length
+        self.__name__ = reward.custom_reward_function.name  # TRL names its metrics after it
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  data_source: Sequence[str], ground_truth: Sequence[str],
-                 extra_info: Sequence[str], **_: Any) -> list[float]:
-        return [self.safe(source, _text(completion), truth, json.loads(info) or {})
-                for completion, source, truth, info in zip(completions, data_source,
-                                                           ground_truth, extra_info,
-                                                           strict=True)]
+                 extra_info: Sequence[str], completion_ids: Sequence[Sequence[int]] = (),
+                 **_: Any) -> list[float]:
+        ids = list(completion_ids) or [None] * len(completions)
+        return [self.safe(source, _text(completion), truth,
+                          {**(json.loads(info) or {}), **self._facts(tokens)})
+                for completion, source, truth, info, tokens in zip(
+                    completions, data_source, ground_truth, extra_info, ids, strict=True)]
+
+    def _facts(self, tokens: Sequence[int] | None) -> dict[str, Any]:
+        if tokens is None or self.cap is None:
+            return {}
+        ended = bool(tokens) and tokens[-1] in self.stop_ids
+        return response_facts(len(tokens), self.cap, truncated=not ended)
 
 
 class StepLogger(TrainerCallback):
@@ -170,15 +188,15 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     except (OSError, ValueError) as exc:
         problems.append(Problem("base_model", model_path, f"a model with a fast tokenizer and "
                                 f"a chat template: {exc}", group="catalog"))
-    rows = pd.read_parquet(train_file).head(8).to_dict("records")
+    rows = pd.read_parquet(train_file).to_dict("records")
     try:
-        score = SafeReward(load_reward_function(reward.custom_reward_function.path,
-                                                reward.custom_reward_function.name),
-                           strict=True)
-        report["reward"] = sanity_check(
-            lambda row, response: score(row["data_source"], response,
-                                        str(row["reward_model"]["ground_truth"]),
-                                        _plain(row.get("extra_info")) or {}), rows)
+        score = build_reward(reward, strict=True)
+        report["reward"], failed = run_self_test(
+            lambda row, response, facts: score(
+                row["data_source"], response, str(row["reward_model"]["ground_truth"]),
+                {**(_plain(row.get("extra_info")) or {}), **facts}), rows, reward)
+        problems += [Problem("data_source", source, message, group="data_prep")
+                     for source, message in failed]
     except Exception as exc:  # user code: anything can come out
         problems.append(Problem("name", reward.custom_reward_function.name, f"a reward "
                                 f"function that scores the training rows: {exc!r}",
@@ -227,7 +245,9 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         tokenizer.pad_token = tokenizer.eos_token
     step_logger = StepLogger()
     trainer = trainer_class(params.algorithm_adv_estimator)(
-        model=model_path, reward_funcs=[TrlReward(reward)], args=config,
+        model=model_path, args=config,
+        reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),
+                                params.max_completion_length)],
         train_dataset=prompts_dataset(train_prompts),
         eval_dataset=(prompts_dataset(val_prompts) if params.do_eval and val_prompts is not None
                       else None),

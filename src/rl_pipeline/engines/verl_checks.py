@@ -1,5 +1,5 @@
 """Preflight checks that run verl's own code on a CPU: its config validation, its dataset
-class on our parquet, and its reward path on sample rows.
+class on our parquet, and its reward path on the reward self-test's rows.
 
 verl makes these checks only inside the Ray TaskRunner, after the cluster and the GPU
 workers are up; here they take seconds and report every problem at once.
@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rl_pipeline.config import RewardParams
 from rl_pipeline.engines.verl_preflight import Problem
 from rl_pipeline.models.tokenizer import chat_prompt_ids
-from rl_pipeline.rewards import sanity_check
+from rl_pipeline.rewards.self_test import run_self_test
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +100,17 @@ def check_prompts(config: DictConfig, tokenizer: Any, sample: int = SAMPLE_ROWS,
 
 
 def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
-                 reward_path: str | None = None) -> tuple[list[Problem], dict[str, Any]]:
-    """Score sample rows through verl's reward path (its reward manager and our entry point).
+                 reward: RewardParams, reward_path: str | None = None,
+                 ) -> tuple[list[Problem], dict[str, Any]]:
+    """The reward self-test (:mod:`rl_pipeline.rewards.self_test`) through verl's reward
+    path: its reward manager (ours, which reports how responses ended), verl's loading of
+    our entry point, and the ``reward`` group's function.
 
-    Each row is scored twice (:func:`rl_pipeline.rewards.sanity_check`): with its reference
-    answer as the response and with an empty response. The reward must return a number for
-    both; a reward that does not score the reference above the empty response is reported
-    (as a warning: a custom reward may read answers in another form). ``reward_path`` is the
-    reward file as this machine sees it (on a cluster the config names the shipped module).
+    Each row's ground truth is scored as an ideal response and as a wrong one; a reward that
+    raises, or (``reward.self_test=error``) that does not score golds as correct and wrong
+    answers lower, is a problem naming the data source and its scorer. ``reward_path`` is
+    the reward file as this machine sees it (on a cluster the config names the shipped
+    module).
     """
     from verl.trainer.ppo.reward import load_reward_manager
 
@@ -123,16 +127,19 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
         return [Problem("name", _reward_name(config), f"a reward function verl can load: "
                         f"{exc}", group=where)], {}
 
-    def score(row: dict[str, Any], response: str) -> float:
+    def score(row: dict[str, Any], response: str, facts: dict[str, Any]) -> float:
+        # The facts come from verl's side: the manager measures the response it is given.
         data = _one_sample(tokenizer, row, response)
         return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
 
     try:
-        return [], sanity_check(score, rows)
+        report, failed = run_self_test(score, rows, reward)
     except Exception as exc:
         return [Problem("name", _reward_name(config), f"a reward function that scores "
                         f"{rows[0]['data_source']!r} rows: it raised {exc!r}",
                         group=where)], {}
+    return [Problem("data_source", source, message, group="data_prep")
+            for source, message in failed], report
 
 
 def check_vllm_args(config: DictConfig, user_overrides: list[str],

@@ -163,6 +163,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
     """
     from rl_pipeline.engines.verl_cluster import RewardTarget, shipped_modules
+    from rl_pipeline.engines.verl_reward_manager import OVERRIDES as REWARD_MANAGER_OVERRIDES
 
     fn = reward.custom_reward_function
     target = RewardTarget(fn.path, fn.name)
@@ -177,6 +178,11 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(reward_path)}",
         f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
         f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
+        f"+reward.custom_reward_function.reward_kwargs.overlong_buffer_len="
+        f"{reward.overlong_buffer_len}",
+        f"+reward.custom_reward_function.reward_kwargs.overlong_penalty_factor="
+        f"{reward.overlong_penalty_factor}",
+        *REWARD_MANAGER_OVERRIDES,
         f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
         *resume_overrides(inputs.resume),
         "trainer.logger=[console,mlflow]",

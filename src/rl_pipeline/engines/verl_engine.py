@@ -163,7 +163,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         problems += _composition_problems(values, launch, verl.overrides, exc)
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
-    problems += _check_inputs(config, inputs, target, report)
+    problems += _check_inputs(config, inputs, reward, target, report)
     if not any(p.parameter == "base_model" for p in problems):  # verl reads the model's config
         problems += check_vllm_args(config, verl.overrides, report)
     if problems:
@@ -403,8 +403,8 @@ def _composition_problems(values: dict[str, Any], launch: list[str], user: list[
     return problems or [Problem("overrides", user, f"verl's config did not compose: {exc}")]
 
 
-def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardTarget,
-                  report: dict[str, Any]) -> list[Problem]:
+def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams,
+                  target: RewardTarget, report: dict[str, Any]) -> list[Problem]:
     from rl_pipeline.models.tokenizer import load_tokenizer
 
     try:
@@ -416,11 +416,9 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardTarget
     prompt_problems, report["prompts"], rows = check_prompts(config, tokenizer)
     problems += prompt_problems
     if rows:
-        reward_problems, report["reward"] = check_reward(config, tokenizer, rows[:8],
-                                                         reward.path)
+        reward_problems, report["reward"] = check_reward(config, tokenizer, rows, reward,
+                                                         target.path)
         problems += reward_problems
-        if report["reward"].get("warning"):
-            logger.warning("preflight: %s", report["reward"]["warning"])
     return problems
 
 

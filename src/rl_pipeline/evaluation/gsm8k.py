@@ -33,10 +33,11 @@ IGNORE = (re.compile(","), re.compile(r"\$"), re.compile(r"(?s).*#### "), re.com
 def is_gsm8k_source(data_source: str) -> bool:
     """Whether rows of ``data_source`` get GSM8K's strict and flexible scores.
 
-    By data source only (``openai/gsm8k``, ``gsm8k``: :data:`GSM8K_SOURCES`), not by the look
-    of the ground truth: MATH and many custom sets have plain-number answers too, but their
-    responses are not asked for ``#### <number>``, so a strict score would only measure the
-    prompt format. A GSM8K-style custom set can keep ``data_prep.data_source: openai/gsm8k``.
+    By data source only (``openai/gsm8k``, ``gsm8k``, ``rl_pipeline/arithmetic``:
+    :data:`GSM8K_SOURCES`), not by the look of the ground truth: MATH and many custom sets
+    have plain-number answers too, but their responses are not asked for ``#### <number>``,
+    so a strict score would only measure the prompt format. A GSM8K-style custom set can
+    take ``data_prep.data_source: gsm8k``.
     """
     return data_source in GSM8K_SOURCES
 

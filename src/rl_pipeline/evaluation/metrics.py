@@ -1,5 +1,6 @@
 """Evaluation metrics: the headline reward, pass@k, maj@k, mean@n, GSM8K's strict and
-flexible accuracies, lengths, per data source.
+flexible accuracies, and the degeneration rates (truncation, repetition, no reasoning) and
+response length, per data source.
 
 Every accuracy metric is a mean over prompts of a per-prompt score
 (:func:`per_prompt_scores`), so that the paired bootstrap of
@@ -19,6 +20,9 @@ from rl_pipeline.evaluation.significance import bootstrap_interval, paired_compa
 
 # verl's and the built-in rewards pay 1.0 for a correct answer (format credit pays 0.1).
 CORRECT_REWARD = 1.0
+# Per-prompt shares of samples that degenerate (rl_pipeline.rewards.form): what a reward
+# hack raises. Each is compared base to trained with its paired interval, as accuracy is.
+DEGENERATION = ("truncation_rate", "repetition_rate", "no_reasoning_rate")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -54,8 +58,10 @@ def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> boo
 
 
 def usable_k(pass_k: Sequence[int], samples: int) -> tuple[list[int], list[int]]:
-    """The k of ``pass_k`` that ``samples`` samples per prompt allow, and the ones skipped."""
-    ks = sorted(set(pass_k))
+    """The k of ``pass_k`` that ``samples`` samples per prompt allow, and the ones skipped.
+    k = 1 is always among them: pass@1 is the verdict's correctness off GSM8K-style sources
+    (:mod:`rl_pipeline.evaluation.verdict`)."""
+    ks = sorted(set(pass_k) | {1})
     return [k for k in ks if k <= samples], [k for k in ks if k > samples]
 
 
@@ -66,8 +72,9 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
     Args:
         generations: One model's scored generations (:func:`~rl_pipeline.evaluation.scoring.
             score_generations`): ``prompt_index``, ``sample_index``, ``data_source``,
-            ``reward``, ``strict``, ``flexible``, ``strict_format`` (NaN off GSM8K) and
-            ``answer``.
+            ``reward``, ``strict``, ``flexible``, ``strict_format`` (NaN off GSM8K),
+            ``answer``, ``response_tokens``, ``truncated``, ``repetitive`` and
+            ``no_reasoning``.
         pass_k: The k of pass@k and maj@k; those above the samples per prompt are left out.
         correct_reward: A sample is correct (pass@k, maj@k) when its reward is at least this.
 
@@ -76,7 +83,8 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
         ``mean_reward`` (the headline, mean@n), ``pass_at_<k>``, ``maj_at_<k>`` (majority of
         the first k samples), and, on GSM8K prompts (else NaN), ``strict_accuracy``,
         ``flexible_accuracy``, ``strict_pass_at_<k>``, ``flexible_pass_at_<k>`` and
-        ``strict_format_rate`` (the share of samples with a strict-match answer).
+        ``strict_format_rate`` (the share of samples with a strict-match answer); on every
+        prompt the :data:`DEGENERATION` rates and ``mean_response_tokens``.
     """
     frame = generations.sort_values(["prompt_index", "sample_index"])
     ks, _ = usable_k(pass_k, int(frame.groupby("prompt_index").size().min()))
@@ -100,12 +108,16 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
                                               if gsm8k else np.nan)
         # What a small model learns first: answering in the format strict-match reads.
         row["strict_format_rate"] = float(group["strict_format"].mean()) if gsm8k else np.nan
+        row["truncation_rate"] = float(group["truncated"].mean())
+        row["repetition_rate"] = float(group["repetitive"].mean())
+        row["no_reasoning_rate"] = float(group["no_reasoning"].mean())
+        row["mean_response_tokens"] = float(group["response_tokens"].mean())
         rows.append(row)
     return pd.DataFrame(rows).set_index("prompt_index")
 
 
 def score_columns(per_prompt: pd.DataFrame) -> list[str]:
-    """The accuracy metrics of a :func:`per_prompt_scores` frame, headline first."""
+    """The per-prompt metrics of a :func:`per_prompt_scores` frame, headline first."""
     return [c for c in per_prompt.columns if c not in ("data_source", "samples")]
 
 
@@ -129,23 +141,22 @@ def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
         The headline ``mean_reward`` (mean@n, also as ``mean_at_<n>``) with its interval,
         ``pass_at_<k>``, ``maj_at_<k>``, ``strict_accuracy``, ``flexible_accuracy``,
         ``strict_pass_at_<k>``, ``flexible_pass_at_<k>``, ``strict_format_rate`` (over GSM8K
-        prompts; None when there are none), ``mean_response_tokens``, ``truncation_rate``,
-        ``prompts``, ``gsm8k_prompts``, ``samples_per_prompt``, ``reward_errors`` and the same
-        per data source in ``by_data_source``.
+        prompts; None when there are none), ``truncation_rate``, ``repetition_rate``,
+        ``no_reasoning_rate``, ``mean_response_tokens``, ``prompts``, ``gsm8k_prompts``,
+        ``samples_per_prompt``, ``reward_errors`` and the same per data source in
+        ``by_data_source``.
     """
     if per_prompt is None:
         per_prompt = per_prompt_scores(generations, pass_k, correct_reward)
-    metrics = _summary(generations, per_prompt, resamples, seed)
+    metrics = _summary(per_prompt, resamples, seed)
     metrics["reward_errors"] = int(reward_errors)
     metrics["by_data_source"] = {
-        str(source): _summary(generations[generations["data_source"] == source],
-                              per_prompt[per_prompt["data_source"] == source], resamples, seed)
+        str(source): _summary(per_prompt[per_prompt["data_source"] == source], resamples, seed)
         for source in sorted(per_prompt["data_source"].unique())}
     return metrics
 
 
-def _summary(generations: pd.DataFrame, per_prompt: pd.DataFrame, resamples: int,
-             seed: int) -> dict[str, Any]:
+def _summary(per_prompt: pd.DataFrame, resamples: int, seed: int) -> dict[str, Any]:
     n = int(per_prompt["samples"].min())
     headline = per_prompt["mean_reward"].to_numpy()
     low, high = bootstrap_interval(headline, resamples, seed)
@@ -158,8 +169,6 @@ def _summary(generations: pd.DataFrame, per_prompt: pd.DataFrame, resamples: int
         values = per_prompt[column].dropna()
         out[column] = float(values.mean()) if len(values) else None
     out.update({
-        "mean_response_tokens": float(generations["response_tokens"].mean()),
-        "truncation_rate": float(generations["truncated"].mean()),
         "prompts": len(per_prompt),
         "gsm8k_prompts": int(per_prompt["strict_accuracy"].notna().sum()),
         "samples_per_prompt": n,
@@ -169,7 +178,7 @@ def _summary(generations: pd.DataFrame, per_prompt: pd.DataFrame, resamples: int
 
 def compare_models(base: pd.DataFrame, trained: pd.DataFrame, resamples: int = 10_000,
                    seed: int = 42) -> dict[str, Any]:
-    """Every accuracy metric's difference trained - base, with its paired 95% interval.
+    """Every per-prompt metric's difference trained - base, with its paired 95% interval.
 
     Args:
         base, trained: :func:`per_prompt_scores` of the two models on the same prompts.

@@ -1,11 +1,15 @@
-"""The eval report: Markdown tables side by side with deltas and their 95% intervals, the
-difference in words (distinguishable from noise or not), and the charts."""
+"""The eval report: the verdict first, then Markdown tables side by side with deltas and
+their 95% intervals, the difference in words (distinguishable from noise or not), example
+answers side by side, and the charts."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import matplotlib
+
+from rl_pipeline.evaluation.examples import examples_markdown
+from rl_pipeline.evaluation.verdict import RULE
 
 matplotlib.use("Agg")  # headless: schedulers and CI have no display
 
@@ -23,30 +27,45 @@ FEW_PROMPTS = 20
 _HIDDEN = ("mean_reward_ci_low", "mean_reward_ci_high")
 
 
-def markdown_report(metrics: dict[str, dict[str, Any]], settings: dict[str, Any]) -> str:
+def markdown_report(metrics: dict[str, dict[str, Any]], settings: dict[str, Any],
+                    examples: list[dict[str, Any]] | None = None) -> str:
     """The Markdown report.
 
     Args:
         metrics: Per model label (``base``, then ``trained`` when there is one), as
             :func:`~rl_pipeline.evaluation.metrics.model_metrics` returns them; the trained
-            model's ``vs_base`` (and its sources') hold the paired comparisons.
+            model's ``vs_base`` (and its sources') hold the paired comparisons, its
+            ``verdict`` the :class:`~rl_pipeline.evaluation.verdict.Verdict`.
         settings: What was run, in order (backend, decoding, the headline reward...).
+        examples: :func:`~rl_pipeline.evaluation.examples.pick_examples`.
     """
     labels = list(metrics)
-    lines = ["# Evaluation: base versus trained", "", "## Settings", "",
-             *(f"- {k}: {v}" for k, v in settings.items()), "",
-             "## Metrics", "", *_metric_table(metrics, labels)]
+    lines = ["# Evaluation: base versus trained", ""]
+    if len(labels) > 1:
+        lines += [*_verdict_lines(metrics["trained"]["verdict"]), ""]
+    lines += ["## Settings", "", *(f"- {k}: {v}" for k, v in settings.items()), "",
+              "## Metrics", "", *_metric_table(metrics, labels)]
     if len(labels) == 1:
         lines += ["", "No trained model yet (catalog entry `merged_model` is empty): run the "
                   "train and merge stages, then eval again."]
     else:
-        lines += ["", "## Is the difference real?", "", *_in_words(metrics)]
+        lines += ["", "## Is the difference real?", "", *_in_words(metrics),
+                  "", "## Examples: base and trained answers", "",
+                  *examples_markdown(examples or [])]
     lines += ["", "## Headline by data source", "", *_source_table(metrics, labels)]
     for source in metrics[labels[0]]["by_data_source"]:
         lines += ["", f"## Data source: {source}", "",
                   *_metric_table({label: metrics[label]["by_data_source"][source]
                                   for label in labels}, labels)]
     return "\n".join(lines) + "\n"
+
+
+def _verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    lines = [f"**Verdict: {verdict['verdict']}.** {'; '.join(verdict['reasons'])}.", ""]
+    if len(verdict["by_data_source"]) > 1:
+        lines += [f"- {source}: {v['verdict']}" for source, v in
+                  verdict["by_data_source"].items()] + [""]
+    return lines + [RULE]
 
 
 def _metric_table(metrics: dict[str, dict[str, Any]], labels: list[str]) -> list[str]:

@@ -9,10 +9,12 @@ from typing import Any
 
 import pandas as pd
 
+from rl_pipeline.config import RewardParams
 from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_match, strict_score
-from rl_pipeline.rewards import RewardFunction, SafeReward, load_reward_function
+from rl_pipeline.rewards import RewardFunction, SafeReward, build_reward
+from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive, response_facts
 
 
 class PredRecorder:
@@ -37,13 +39,13 @@ class PredRecorder:
         return result
 
 
-def eval_reward(path: str | None, name: str, strict: bool = False) -> SafeReward:
+def eval_reward(reward: RewardParams) -> SafeReward:
     """The ``reward`` group's function, as training uses it, wrapped to keep its ``pred``."""
-    return SafeReward(PredRecorder(load_reward_function(path, name)), strict=strict)
+    return build_reward(reward, wrap=PredRecorder)
 
 
 def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], label: str,
-                      reward: SafeReward) -> pd.DataFrame:
+                      reward: SafeReward, max_new_tokens: int) -> pd.DataFrame:
     """One row per generation: the prompt, the response, its reward and correctness.
 
     Args:
@@ -52,6 +54,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         label: The model label (``base``, ``trained``).
         reward: The configured reward function (:func:`eval_reward`; any
             :class:`SafeReward` works, without rewards' ``pred``).
+        max_new_tokens: The generation cap, which the reward learns with each response's
+            length and truncation in ``extra_info``, as in training.
 
     Returns:
         Columns ``model``, ``prompt_index``, ``sample_index``, ``data_source``, ``prompt``,
@@ -60,8 +64,9 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         ``flexible`` (lm-evaluation-harness's GSM8K scores, 1.0 or 0.0, on GSM8K sources
         only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`),
         ``strict_format`` (1.0 when strict-match finds a ``#### <number>`` answer, right or
-        wrong; GSM8K sources only, else NaN), and ``answer`` (the extracted answer that
-        majority voting counts; None: no answer).
+        wrong; GSM8K sources only, else NaN), ``answer`` (the extracted answer that
+        majority voting counts; None: no answer), and the degeneration flags of
+        :mod:`rl_pipeline.rewards.form`: ``repetitive`` and ``no_reasoning``.
     """
     rows = []
     for g in generations:
@@ -70,7 +75,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         truth = str(row["reward_model"]["ground_truth"])
         source = str(row["data_source"])
         extra = row["extra_info"] if "extra_info" in prompts else None
-        score = reward(source, g.text, truth, extra)
+        facts = response_facts(g.tokens, max_new_tokens, g.truncated)
+        score = reward(source, g.text, truth, {**(extra or {}), **facts})
         gsm8k = is_gsm8k_source(source)
         rows.append({
             "model": label, "prompt_index": g.prompt_index, "sample_index": g.sample_index,
@@ -83,6 +89,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
             "flexible": flexible_score(g.text, truth) if gsm8k else math.nan,
             "strict_format": float(strict_match(g.text) is not None) if gsm8k else math.nan,
             "answer": extract_answer(source, g.text, getattr(reward.fn, "pred", None)),
+            "repetitive": is_repetitive(g.text),
+            "no_reasoning": has_no_reasoning(g.text),
         })
     return pd.DataFrame(rows)
 

@@ -8,11 +8,17 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
+
+from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
+
+if TYPE_CHECKING:
+    from rl_pipeline.config import RewardParams
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +30,9 @@ _CLIP = 300  # verl's GSM8K scorer also looks at the last 300 characters only
 # Small next to a correct answer's 1.0, so the format alone never pays more than being right.
 FORMAT_CREDIT = 0.1
 
-GSM8K_SOURCES = {"openai/gsm8k", "gsm8k"}
+# data_source values whose answers are GSM8K's "#### <number>": compute_score picks GSM8K's
+# strict score for them, and eval reports GSM8K's strict and flexible accuracy.
+GSM8K_SOURCES = {"openai/gsm8k", "gsm8k", "rl_pipeline/arithmetic"}
 MATH_SOURCES = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
                 "math"}
 
@@ -49,18 +57,30 @@ def flexible_gsm8k(data_source: str, solution_str: str, ground_truth: str,
 
 def gsm8k_format_credit(data_source: str, solution_str: str, ground_truth: str,
                         extra_info: dict | None = None) -> float:
-    """:func:`compute_score`, plus a small credit for a wrong GSM8K answer in the right format.
+    """A correct answer scores 1.0, a wrong but well-formed one :data:`FORMAT_CREDIT`.
 
-    A correct ``#### <number>`` answer scores 1.0, a wrong one :data:`FORMAT_CREDIT` (verl's
-    own ``format_score``), anything else 0. A small model rarely answers correctly at first,
-    so without the credit most GRPO groups score all zeros and carry no advantage; with it,
-    the model first learns to answer in the format that the strict score reads. Other data
-    sources score as :func:`compute_score`.
+    On GSM8K-style sources (:data:`GSM8K_SOURCES`), by :func:`~rl_pipeline.rewards.form.form`:
+
+    - 1.0: exactly one ``#### <number>`` answer, equal to the ground truth as a number, and
+      the response does not repeat itself;
+    - :data:`FORMAT_CREDIT`: a wrong answer in a well-formed response: one ``#### <number>``,
+      not repetitive, and ended by itself (not cut off by the length cap, as ``extra_info``
+      reports it: :data:`~rl_pipeline.rewards.form.TRUNCATED`);
+    - 0 otherwise: no answer, several ``####`` answers, a repetitive or a truncated one.
+
+    A small model rarely answers correctly at first, so without the credit most GRPO groups
+    score all zeros and carry no advantage. The credit pays only for a complete, single,
+    non-repetitive answer: ``#### 10`` repeated to the length cap, a guess in the format
+    with nothing to stop it, earns nothing. Other data sources score as :func:`compute_score`.
     """
-    if data_source in GSM8K_SOURCES:
-        return float(verl_gsm8k.compute_score(solution_str, str(ground_truth), method="strict",
-                                              format_score=FORMAT_CREDIT))
-    return compute_score(data_source, solution_str, ground_truth, extra_info)
+    if data_source not in GSM8K_SOURCES:
+        return compute_score(data_source, solution_str, ground_truth, extra_info)
+    shape = form(solution_str, extra_info)
+    if shape.answer is None or shape.repetitive:
+        return 0.0
+    if _same_number(shape.answer, str(ground_truth)):
+        return 1.0
+    return FORMAT_CREDIT if shape.well_formed else 0.0
 
 
 def math_verify_score(data_source: str, solution_str: str, ground_truth: str,
@@ -128,23 +148,46 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
     return fn
 
 
+@dataclass(frozen=True)
+class OverlongPenalty:
+    """DAPO's soft overlong punishment (Yu et al., 2025, section 3.4; verl's ``dapo`` reward
+    manager): within the last ``buffer_len`` tokens before the length cap the reward falls
+    linearly, from 0 at the buffer's start to ``-factor`` at the cap. It needs the response's
+    length and the cap in ``extra_info`` (:func:`~rl_pipeline.rewards.form.response_facts`);
+    without them, or with ``buffer_len`` 0, it is 0."""
+
+    buffer_len: int = 0
+    factor: float = 1.0
+
+    def __call__(self, extra_info: dict | None) -> float:
+        info = extra_info or {}
+        length, cap = info.get(RESPONSE_LENGTH), info.get(MAX_RESPONSE_LENGTH)
+        if not self.buffer_len or length is None or cap is None:
+            return 0.0
+        exceed = int(length) - (int(cap) - self.buffer_len)
+        return min(-exceed / self.buffer_len * self.factor, 0.0)
+
+
 class SafeReward:
-    """Calls a reward function; a raise scores 0 and is counted, unless ``strict``.
+    """Calls a reward function; a raise scores 0 and is counted, unless ``strict``. Adds the
+    overlong penalty, when one is set.
 
     A reward function is user code run on model output, which is arbitrary text: one odd
     response must not end an hours-long run. ``errors`` counts the failures for the metrics.
     """
 
-    def __init__(self, fn: RewardFunction, strict: bool = False) -> None:
+    def __init__(self, fn: RewardFunction, strict: bool = False,
+                 overlong: OverlongPenalty | None = None) -> None:
         self.fn = fn
         self.strict = strict
+        self.overlong = overlong or OverlongPenalty()
         self.errors = 0
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: str,
                  extra_info: dict | None = None) -> float:
         try:
             result = self.fn(data_source, solution_str, ground_truth, extra_info)
-            return float(result["score"] if isinstance(result, dict) else result)
+            score = float(result["score"] if isinstance(result, dict) else result)
         except Exception as exc:
             if self.strict:
                 raise
@@ -152,64 +195,50 @@ class SafeReward:
             if self.errors <= 3:
                 logger.warning("reward function %s raised %r; scoring 0 (reward.strict=true "
                                "makes this fatal)", getattr(self.fn, "__name__", self.fn), exc)
-            return 0.0
+            score = 0.0
+        return score + self.overlong(extra_info)
 
 
-def sanity_check(score: Callable[[dict[str, Any], str], float],
-                 rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Score sample rows with their reference answer (``#### <answer>``) and with an empty
-    response, as both engines' preflights do before training.
+def build_reward(reward: RewardParams, strict: bool | None = None,
+                 wrap: Callable[[RewardFunction], RewardFunction] | None = None) -> SafeReward:
+    """The ``reward`` group's function as both trainers and eval call it: loaded, contained
+    (:class:`SafeReward`) and with its overlong penalty.
 
     Args:
-        score: Scores one row (verl's schema: ``reward_model.ground_truth``...) against one
-            response; it raises on a broken reward and the caller names the problem.
-        rows: The sample rows.
-
-    Returns:
-        ``reference_mean``, ``empty_mean``, ``rows_scored`` and a ``warning`` (None when the
-        reward scores reference answers above empty responses, as a reward for this data
-        should).
-
-    Raises:
-        ValueError: When a score is not a finite number.
+        reward: The ``reward`` group.
+        strict: Overrides ``reward.strict`` (preflights raise, to name a broken reward).
+        wrap: Wraps the loaded function (eval keeps a dict result's ``pred``).
     """
-    import math
-
-    scores: dict[str, list[float]] = {"reference": [], "empty": []}
-    for row in rows:
-        truth = row["reward_model"]["ground_truth"]
-        for kind, response in (("reference", f"#### {truth}"), ("empty", "")):
-            value = float(score(row, response))
-            if not math.isfinite(value):
-                raise ValueError(f"a finite score; got {value} for {response!r}")
-            scores[kind].append(value)
-    report: dict[str, Any] = {f"{kind}_mean": sum(v) / len(v) if v else None
-                              for kind, v in scores.items()}
-    report["rows_scored"] = len(rows)
-    report["warning"] = None
-    if rows and report["reference_mean"] <= report["empty_mean"]:
-        report["warning"] = ("the reward does not score reference answers ('#### <answer>') "
-                             "above empty responses; check that it reads this dataset's format")
-    return report
+    fn = reward.custom_reward_function
+    loaded = load_reward_function(fn.path, fn.name)
+    return SafeReward(wrap(loaded) if wrap else loaded,
+                      reward.strict if strict is None else strict,
+                      OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor))
 
 
 def verl_reward(data_source: str, solution_str: str, ground_truth: str,
                 extra_info: dict | None = None, *, reward_path: str | None = None,
-                reward_name: str = "compute_score", strict: bool = False, **_: Any) -> float:
+                reward_name: str = "compute_score", strict: bool = False,
+                overlong_buffer_len: int = 0, overlong_penalty_factor: float = 1.0,
+                **_: Any) -> float:
     """The reward as verl's reward loop calls it (``reward.custom_reward_function``).
 
     verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments: they name the
-    ``reward`` group's function, which is loaded once per worker and wrapped in
+    ``reward`` group's function and settings; it is loaded once per worker and wrapped in
     :class:`SafeReward`, so the verl engine scores exactly as eval and the trl engine do.
-    Other keyword arguments verl adds (a reward-model router) are not used.
+    ``extra_info`` carries the response's length and truncation
+    (:class:`~rl_pipeline.engines.verl_reward_manager.ResponseFactsRewardManager`). Other
+    keyword arguments verl adds (a reward-model router) are not used.
     """
-    return _safe_reward(reward_path, reward_name, strict)(data_source, solution_str,
-                                                         ground_truth, extra_info)
+    return _safe_reward(reward_path, reward_name, strict, overlong_buffer_len,
+                        overlong_penalty_factor)(data_source, solution_str, ground_truth,
+                                                 extra_info)
 
 
 @functools.cache
-def _safe_reward(path: str | None, name: str, strict: bool) -> SafeReward:
-    return SafeReward(load_reward_function(path, name), strict)
+def _safe_reward(path: str | None, name: str, strict: bool, buffer_len: int,
+                 factor: float) -> SafeReward:
+    return SafeReward(load_reward_function(path, name), strict, OverlongPenalty(buffer_len, factor))
 
 
 def _import_reward_module(path: str) -> Any:

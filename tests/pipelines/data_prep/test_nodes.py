@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError, DataParams, DataPrepParams
+from rl_pipeline.config import ConfigError, DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prompts import DataError, chat_messages
 from rl_pipeline.data.records import read_jsonl
 from rl_pipeline.pipelines.data_prep.nodes import (
+    check_reward,
     clean_prompt_splits,
     fit_prompt_lengths,
     report_data_prep,
@@ -31,7 +32,8 @@ def _run_all(train: Path, val: Path | None, tokenizer_dir: Path, prep: dict, dat
         read_jsonl(train), read_jsonl(val) if val else None, prep, data)
     train_p, val_p, lengths = fit_prompt_lengths(train_work, val_work, hygiene,
                                                   str(tokenizer_dir), prep, data)
-    report, metrics, figure = report_data_prep(hygiene, lengths, data, prep)
+    train_p, val_p, self_test = check_reward(train_p, val_p, RewardParams())
+    report, metrics, figure = report_data_prep(hygiene, lengths, self_test, data, prep)
     return train_p, val_p, report, metrics, figure
 
 

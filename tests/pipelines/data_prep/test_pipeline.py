@@ -8,10 +8,11 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.config import DataParams, DataPrepParams
+from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prompts import DataError
 from rl_pipeline.data.records import read_jsonl
 from rl_pipeline.pipelines.data_prep import create_pipeline
+from rl_pipeline.rewards.self_test import RewardSelfTestError
 from tests.conftest import read_gsm8k, write_jsonl
 
 
@@ -27,6 +28,7 @@ def _catalog(tmp_path: Path, tokenizer_dir: Path, prep_params: dict,
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
     catalog["params:data_prep"] = DataPrepParams.model_validate(prep_params)
     catalog["params:data"] = DataParams.model_validate(data_params)
+    catalog["params:reward"] = RewardParams()
     return catalog
 
 
@@ -65,3 +67,48 @@ def test_a_split_left_empty_fails_the_run_and_publishes_no_prompts(tmp_path: Pat
     assert catalog.exists("train_work")  # cleaning ran; the length filter then failed
     for name in ("train_prompts", "val_prompts", "data_prep_report"):
         assert not catalog.exists(name), f"{name} was saved"
+
+
+# MATH-style records: LaTeX answers that GSM8K's '#### <number>' scorer cannot read.
+MATH_RECORDS = [{"problem": f"Problem {i}: simplify.", "answer": a}
+                for i, a in enumerate([r"\frac{1}{2}", r"2\sqrt{2}", r"\pi", "(3, -1)",
+                                       r"\frac{7}{9}", "x^2+1", r"\frac{3}{4}", r"\sqrt{5}"] * 2)]
+
+
+def _math_catalog(tmp_path: Path, tokenizer_dir: Path, data_source: str) -> DataCatalog:
+    catalog = DataCatalog(datasets={
+        "raw_train": MemoryDataset(read_jsonl(write_jsonl(tmp_path / "t.jsonl",
+                                                          MATH_RECORDS[:12]))),
+        "raw_val": MemoryDataset(read_jsonl(write_jsonl(tmp_path / "v.jsonl",
+                                                        MATH_RECORDS[12:]))),
+        "base_model": MemoryDataset(str(tokenizer_dir)),
+    })
+    catalog["params:data_prep"] = DataPrepParams(
+        dataset_prompt_column="problem", answer_column="answer", data_source=data_source,
+        drop_duplicates=False, drop_train_val_overlap=False)
+    catalog["params:data"] = DataParams()
+    catalog["params:reward"] = RewardParams()
+    return catalog
+
+
+def test_math_answers_under_the_default_gsm8k_source_are_refused_before_publishing(
+        tmp_path: Path, tokenizer_dir) -> None:
+    catalog = _math_catalog(tmp_path, tokenizer_dir, "openai/gsm8k")
+    with pytest.raises(RewardSelfTestError) as failed:
+        SequentialRunner().run(create_pipeline(), catalog)
+    message = str(failed.value)
+    assert "reward self-test failed for data_source 'openai/gsm8k'" in message
+    assert "data_prep.data_source" in message and "0% of 16 rows" in message
+    for name in ("train_prompts", "val_prompts", "data_prep_report"):
+        assert not catalog.exists(name), f"{name} was saved"
+
+
+def test_math_answers_under_a_math_source_pass_and_are_reported(tmp_path: Path,
+                                                                tokenizer_dir) -> None:
+    catalog = _math_catalog(tmp_path, tokenizer_dir, "HuggingFaceH4/MATH-500")
+    outputs = SequentialRunner().run(create_pipeline(), catalog)
+    report = outputs["data_prep_report"].load()["reward_self_test"]["HuggingFaceH4/MATH-500"]
+    assert report["passed"] and report["gold_correct"] == 1.0 and report["rows"] == 16
+    assert "math-verify" in report["scorer"]
+    metrics = outputs["data_prep_metrics"].load()
+    assert metrics["reward_self_test.HuggingFaceH4/MATH-500.gold_correct"]["value"] == 1.0

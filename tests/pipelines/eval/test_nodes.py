@@ -21,7 +21,7 @@ def _scored(right: range, label: str) -> pd.DataFrame:
     truths = [row["ground_truth"] for row in PROMPTS["reward_model"]]
     generations = [Generation(p, 0, f"#### {truths[p] if p in right else -1}", 4, False)
                    for p in range(len(PROMPTS))]
-    return score_generations(PROMPTS, generations, label, eval_reward(None, "compute_score"))
+    return score_generations(PROMPTS, generations, label, eval_reward(RewardParams()), 64)
 
 
 def _summary(base_right: range, trained_right: range) -> tuple[dict, str, object]:

@@ -10,12 +10,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, DataPrepParams
+from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_splits
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.data.records import RawRecords
 from rl_pipeline.data.report import length_histogram
 from rl_pipeline.models.tokenizer import load_tokenizer
+from rl_pipeline.rewards import build_reward
+from rl_pipeline.rewards.self_test import RewardSelfTestError, run_self_test
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -73,9 +75,42 @@ def fit_prompt_lengths(
     return outputs[0], outputs[1], summary
 
 
+def check_reward(train: pd.DataFrame, val: pd.DataFrame, reward: RewardParams,
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The reward self-test on the prompts about to be published; they pass through.
+
+    Each data source's ground truths are scored as an ideal response and as a wrong one by
+    the ``reward`` group's function (:mod:`rl_pipeline.rewards.self_test`), so that a data
+    source the reward cannot read (MATH answers under ``openai/gsm8k``) fails here, before
+    the prompt files are saved, and not as a flat zero reward hours into training.
+
+    Returns:
+        ``train_prompts`` and ``val_prompts`` unchanged, and the self-test's report.
+
+    Raises:
+        RewardSelfTestError: With ``reward.self_test=error``, naming each failing data
+            source, its scorer, example rows and the parameter to change.
+    """
+    score = build_reward(reward, strict=True)  # a raise is reported with its row
+    rows = pd.concat([train, val], ignore_index=True).to_dict("records")
+    report, failed = run_self_test(
+        lambda row, response, facts: score(row["data_source"], response,
+                                           str(row["reward_model"]["ground_truth"]),
+                                           {**(row.get("extra_info") or {}), **facts}),
+        rows, reward)
+    if failed:
+        raise RewardSelfTestError("\n".join(message for _, message in failed))
+    for source, result in report.items():
+        if isinstance(result, dict):
+            logger.info("reward self-test, %s (%s): golds correct %.0f%%, wrong answers lower "
+                        "%.0f%%", source, result["scorer"], 100 * result["gold_correct"],
+                        100 * result["wrong_below_gold"])
+    return train, val, report
+
+
 def report_data_prep(
-    hygiene: dict[str, Any], lengths: dict[str, Any], data: DataParams,
-    data_prep: DataPrepParams,
+    hygiene: dict[str, Any], lengths: dict[str, Any], self_test: dict[str, Any],
+    data: DataParams, data_prep: DataPrepParams,
 ) -> tuple[dict[str, Any], dict[str, dict[str, float]], Figure]:
     """Assemble the data_prep report, its numbers as MLflow metrics, and a length histogram.
 
@@ -105,10 +140,14 @@ def report_data_prep(
         "val_source": hygiene["val_source"],
         "tokenizer": lengths["tokenizer"],
         "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
+        "reward_self_test": self_test,
     }
-    metrics = mlflow_metrics({k: report[k] for k in ("rows_in", "rows_out", "dropped",
-                                                     "truncated", "train_val_overlap",
-                                                     "prompt_tokens")})
+    metrics = mlflow_metrics({
+        **{k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
+                                  "train_val_overlap", "prompt_tokens")},
+        "reward_self_test": {source: {k: result[k] for k in ("gold_correct", "wrong_below_gold")}
+                             for source, result in self_test.items()
+                             if isinstance(result, dict)}})
     figure = length_histogram(
         {s: np.asarray(lengths[s]["sample_lengths"], dtype=np.int64) for s in SPLITS},
         data.data_max_prompt_length)

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from rl_pipeline.config import DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import SamplingSettings, generate, pick_backend
 from rl_pipeline.evaluation.generations_table import generations_table
 from rl_pipeline.evaluation.metrics import (
@@ -21,6 +22,8 @@ from rl_pipeline.evaluation.metrics import (
 )
 from rl_pipeline.evaluation.report import eval_chart, markdown_report
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
+from rl_pipeline.evaluation.verdict import eval_verdict
+from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -66,13 +69,15 @@ def summarize_eval(
     params = eval_params
     frames = {label: frame for label, frame in (("base", base), ("trained", trained))
               if not frame.empty}
-    per_prompt = {label: per_prompt_scores(frame, params.pass_k, params.correct_reward)
+    correct = follow("eval.correct_reward", params.correct_reward, reward.correct_score)
+    per_prompt = {label: per_prompt_scores(frame, params.pass_k, correct)
                   for label, frame in frames.items()}
     metrics = {label: model_metrics(frame.drop(columns="reward_error"),
                                     int(frame["reward_error"].sum()), params.pass_k,
-                                    params.correct_reward, params.bootstrap_resamples,
+                                    correct, params.bootstrap_resamples,
                                     params.seed, per_prompt[label])
                for label, frame in frames.items()}
+    examples = None
     if "trained" in frames:
         compared = compare_models(per_prompt["base"], per_prompt["trained"],
                                   params.bootstrap_resamples, params.seed)
@@ -80,12 +85,20 @@ def summarize_eval(
         metrics["trained"]["vs_base"] = compared
         for source, comparison in by_source.items():
             metrics["trained"]["by_data_source"][source]["vs_base"] = comparison
+        metrics["trained"]["verdict"] = eval_verdict(metrics["trained"]).as_dict()
+        examples = pick_examples(frames["base"], frames["trained"], correct)
     settings = _settings(params, data, reward, metrics["base"])
-    report = markdown_report(metrics, settings)
+    report = markdown_report(metrics, settings, examples)
     for label, values in metrics.items():
         logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s, strict format "
-                    "%s", label, values["mean_reward"], values["strict_accuracy"],
-                    values["flexible_accuracy"], values["strict_format_rate"])
+                    "%s, truncation %.3f, repetition %.3f, no reasoning %.3f", label,
+                    values["mean_reward"], values["strict_accuracy"],
+                    values["flexible_accuracy"], values["strict_format_rate"],
+                    values["truncation_rate"], values["repetition_rate"],
+                    values["no_reasoning_rate"])
+    if "trained" in frames:
+        verdict = metrics["trained"]["verdict"]
+        logger.info("eval verdict: %s (%s)", verdict["verdict"], "; ".join(verdict["reasons"]))
     generations = pd.concat(frames.values(), ignore_index=True)
     return (generations, generations_table(frames), metrics,
             mlflow_metrics(_for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
@@ -111,17 +124,17 @@ def _for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,
               data: DataParams, reward: RewardParams, train: TrainParams) -> pd.DataFrame:
-    scorer = eval_reward(reward.custom_reward_function.path,
-                         reward.custom_reward_function.name, reward.strict)
+    scorer = eval_reward(reward)
     memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
                     train.verl.rollout_gpu_memory_utilization)
+    sampling = _settings_for(params, data)
     run = generate(
-        model_path, [list(p) for p in prompts["prompt"]], _settings_for(params, data),
+        model_path, [list(p) for p in prompts["prompt"]], sampling,
         backend=params.backend, batch_size=params.batch_size, dtype=params.dtype,
         vllm_gpu_memory_utilization=memory, label=label)
     logger.info("%s: generated in process %d, peak %s memory %.0f MiB", label, run.pid,
                 run.device, run.peak_memory_mib)
-    return score_generations(prompts, run.generations, label, scorer)
+    return score_generations(prompts, run.generations, label, scorer, sampling.max_new_tokens)
 
 
 def _settings_for(params: EvalParams, shared: DataParams) -> SamplingSettings:
@@ -158,12 +171,17 @@ def _settings(params: EvalParams, shared: DataParams, reward: RewardParams,
         "prompts": f"{base['prompts']} ({sources})",
         "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
         "group's function, as in training, by data_source), mean@n over samples; a sample "
-        f"is correct for pass@k and maj@k when its reward is at least {params.correct_reward}",
+        "is correct for pass@k and maj@k when its reward is at least "
+        f"{follow('eval.correct_reward', params.correct_reward, reward.correct_score)}",
         "pass@k, maj@k": f"k = {ks}",
         "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
-        "first '#### '; flexible-extract: the last number), on data sources openai/gsm8k and "
-        f"gsm8k only ({base['gsm8k_prompts']} prompts); n/a elsewhere; strict format rate: "
-        "the share of responses with a '#### <number>' answer, right or wrong",
+        "first '#### '; flexible-extract: the last number), on the GSM8K-style data sources "
+        f"{', '.join(sorted(GSM8K_SOURCES))} only ({base['gsm8k_prompts']} prompts); n/a "
+        "elsewhere; strict format rate: the share of responses with a '#### <number>' answer, "
+        "right or wrong",
+        "degeneration": "truncation (hit the token cap), repetition (a line 3 times, or half "
+        "the word 4-grams repeated), no reasoning (under 3 words or no number before the "
+        "answer): docs/rewards.md",
         "intervals": f"95%, paired bootstrap over prompts, {params.bootstrap_resamples} "
         f"resamples, seed {params.seed}",
     }

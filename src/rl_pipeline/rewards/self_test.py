@@ -1,0 +1,194 @@
+"""The reward self-test: does the configured reward read this data's answers?
+
+The reward is chosen by ``data_source`` (:func:`scorer_for`), and a wrong choice fails
+silently: MATH answers (``\\frac{1}{2}``) under the default ``openai/gsm8k`` score 0 for
+every response, so training has no signal and nothing says why. Before any training, each
+data source's ground truths are written as an ideal response
+(:func:`ideal_response`: the answer in both ``\\boxed{}`` and ``#### `` form, which every
+built-in scorer reads) and as the same response with a wrong answer
+(:func:`wrong_answer`). The reward passes when, on at least :data:`PASS_SHARE` of the rows,
+the ideal response scores at least ``reward.correct_score`` and the wrong one scores less
+than the ideal one.
+
+data_prep runs it on the prompts it is about to publish, both trainers' preflights on the
+training prompts (verl's through verl's own reward manager).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rl_pipeline.rewards.form import response_facts
+from rl_pipeline.rewards.scoring import BUILTIN, GSM8K_SOURCES, MATH_SOURCES
+
+if TYPE_CHECKING:
+    from rl_pipeline.config import RewardParams
+
+logger = logging.getLogger(__name__)
+
+PASS_SHARE = 0.9
+ROWS_PER_SOURCE = 64  # rows scored per data source, spread evenly over the split
+EXAMPLES = 3
+_SCORERS = {
+    "strict_gsm8k": "GSM8K strict: the number after the last '#### '",
+    "flexible_gsm8k": "GSM8K flexible: the last number",
+    "math_verify_score": "math-verify: the \\boxed{} answer, compared as mathematics",
+}
+_FIX = ("set data_prep.data_source to a value whose scorer reads these answers (table: "
+        "docs/rewards.md), or reward.custom_reward_function to a reward for this data; "
+        "reward.self_test=warn only warns")
+
+
+class RewardSelfTestError(ValueError):
+    """The reward does not score this data's ground truths as correct (or wrong answers as
+    wrong). The message names the data source, the scorer, example rows and what to change."""
+
+
+def scorer_for(data_source: str, name: str, path: str | None = None) -> str:
+    """Which scorer the ``reward`` group's function applies to ``data_source``, in words."""
+    if path:
+        return f"{name} from {path}"
+    if name in _SCORERS:
+        return f"{name} ({_SCORERS[name]})"
+    if name not in BUILTIN:
+        return name
+    if data_source in GSM8K_SOURCES:
+        picked = ("GSM8K '#### <number>', 1.0 correct, 0.1 a wrong well-formed answer"
+                  if name == "gsm8k_format_credit" else _SCORERS["strict_gsm8k"])
+    elif data_source in MATH_SOURCES:
+        picked = _SCORERS["math_verify_score"]
+    else:
+        picked = f"verl's default_compute_score for {data_source!r}"
+    return f"{name} -> {picked}, chosen by data_source {data_source!r}"
+
+
+def ideal_response(truth: str) -> str:
+    """A short, complete response that gives ``truth`` as the answer in every built-in
+    scorer's format."""
+    return f"So the answer is \\boxed{{{truth}}}.\n#### {truth}"
+
+
+def wrong_answer(truth: str) -> str:
+    """An answer that is not ``truth``: a number plus one, else ``truth`` with ``+1``."""
+    try:
+        value = float(truth.replace(",", ""))
+    except ValueError:
+        return f"{truth}+1"
+    wrong = value + 1
+    return str(int(wrong)) if wrong.is_integer() else str(wrong)
+
+
+def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
+              rows: Sequence[dict[str, Any]], correct_score: float, reward_name: str,
+              reward_path: str | None = None) -> dict[str, dict[str, Any]]:
+    """Score each data source's ground truths as ideal and as wrong responses.
+
+    Args:
+        score: Scores one row (verl's schema) against a response, given its ``extra_info``
+            (a complete, untruncated response's :func:`~rl_pipeline.rewards.form.
+            response_facts`). A raise scores 0 and is reported with the row.
+        rows: Prompt rows in verl's schema; up to :data:`ROWS_PER_SOURCE` per data source,
+            evenly spread, are scored.
+        correct_score: ``reward.correct_score``, the score of a correct answer.
+        reward_name, reward_path: The reward, to name its scorer per source.
+
+    Returns:
+        Per data source: ``scorer``, ``rows``, ``gold_correct`` (share of ideal responses at
+        ``correct_score`` or more), ``wrong_below_gold`` (share of rows where the wrong answer
+        scores less), ``passed`` and ``examples`` (rows that failed, else the first ones;
+        ``error`` holds what the reward raised, or returned instead of a finite number).
+    """
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_source.setdefault(str(row["data_source"]), []).append(row)
+    out = {}
+    for source, source_rows in sorted(by_source.items()):
+        step = max(1, len(source_rows) // ROWS_PER_SOURCE)
+        chosen = source_rows[::step][:ROWS_PER_SOURCE]
+        results = []
+        for row in chosen:
+            truth = str(row["reward_model"]["ground_truth"])
+            gold, wrong = ideal_response(truth), ideal_response(wrong_answer(truth))
+            tokens = len(gold.split())
+            facts = response_facts(tokens, max(tokens, 1) * 100, truncated=False)
+            (gold_score, gold_error), (wrong_score, wrong_error) = \
+                _scored(score, row, gold, facts), _scored(score, row, wrong, facts)
+            results.append({"row": _row_id(row), "ground_truth": truth, "response": gold,
+                            "score": gold_score, "wrong_response": wrong,
+                            "wrong_score": wrong_score, "error": gold_error or wrong_error,
+                            "ok": gold_score >= correct_score and wrong_score < gold_score})
+        gold_share = sum(r["score"] >= correct_score for r in results) / len(results)
+        wrong_share = sum(r["wrong_score"] < r["score"] for r in results) / len(results)
+        failed = [r for r in results if not r["ok"]]
+        out[source] = {
+            "scorer": scorer_for(source, reward_name, reward_path), "rows": len(results),
+            "gold_correct": gold_share, "wrong_below_gold": wrong_share,
+            "passed": gold_share >= PASS_SHARE and wrong_share >= PASS_SHARE,
+            "examples": [{k: v for k, v in r.items() if k != "ok"}
+                         for r in (failed or results)[:EXAMPLES]]}
+    return out
+
+
+def run_self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
+                  rows: Sequence[dict[str, Any]], reward: RewardParams,
+                  ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """:func:`self_test` as ``reward.self_test`` asks: skipped ('off'), logged ('warn') or
+    returned as failures that must stop the run ('error').
+
+    Returns:
+        The report per data source, and ``(data_source, message)`` per failure to stop on.
+    """
+    if reward.self_test == "off":
+        return {"skipped": "reward.self_test=off"}, []
+    fn = reward.custom_reward_function
+    report = self_test(score, rows, reward.correct_score, fn.name, fn.path)
+    failed = failures(report, reward.correct_score)
+    if reward.self_test == "warn":
+        for _, message in failed:
+            logger.warning("%s", message)
+        return report, []
+    return report, failed
+
+
+def failures(report: dict[str, dict[str, Any]],
+             correct_score: float) -> list[tuple[str, str]]:
+    """``(data_source, message)`` per data source that failed; the message names the scorer,
+    3 rows and the parameter to change."""
+    messages = []
+    for source, result in report.items():
+        if result["passed"]:
+            continue
+        rows = "; ".join(
+            f"{e['row']}: ground truth {e['ground_truth']!r}, response {e['response']!r} "
+            f"scored {e['score']:g}, wrong answer scored {e['wrong_score']:g}"
+            + (f" (the reward raised {e['error']})" if e["error"] else "")
+            for e in result["examples"])
+        messages.append((source,
+            f"reward self-test failed for data_source {source!r} (scorer: {result['scorer']}): "
+            f"ideal answers scored at least reward.correct_score={correct_score:g} on "
+            f"{result['gold_correct']:.0%} of {result['rows']} rows and wrong answers scored "
+            f"less on {result['wrong_below_gold']:.0%} (each needs {PASS_SHARE:.0%}). "
+            f"Examples: {rows}. To fix: {_FIX}."))
+    return messages
+
+
+def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
+            row: dict[str, Any], response: str, facts: dict[str, Any]) -> tuple[float, str | None]:
+    """The score, and what went wrong: a raise or a value that is not a finite number."""
+    try:
+        value = float(score(row, response, facts))
+    except Exception as exc:  # user code on arbitrary text: report it with the row
+        return 0.0, f"{type(exc).__name__}: {exc}"[:300]
+    if not math.isfinite(value):
+        return 0.0, f"a score of {value}"
+    return value, None
+
+
+def _row_id(row: dict[str, Any]) -> str:
+    info = row.get("extra_info") or {}
+    if isinstance(info, dict) and "index" in info:
+        return f"{info.get('split', 'row')} row {info['index']}"
+    return "row"

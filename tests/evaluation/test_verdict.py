@@ -1,0 +1,105 @@
+"""The eval verdict on constructed generation sets, one per verdict: hand-written answers,
+scored by the real reward (gsm8k_format_credit) and summarised by the eval node."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rl_pipeline.config import DataParams, EvalParams, RewardParams
+from rl_pipeline.evaluation.generate import Generation
+from rl_pipeline.evaluation.scoring import eval_reward, score_generations
+from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE, decide
+from rl_pipeline.pipelines.eval.nodes import summarize_eval
+from tests.conftest import gsm8k_prompts
+
+PROMPTS = gsm8k_prompts(40)
+TRUTHS = [row["ground_truth"] for row in PROMPTS["reward_model"]]
+REWARD = RewardParams(custom_reward_function={"name": "gsm8k_format_credit"})
+GREEDY = EvalParams(backend="hf", greedy=True, bootstrap_resamples=2000)
+CAP = 96
+
+
+def reasoned(p: int, right: bool) -> tuple[str, int, bool]:
+    """A short worked answer that ends by itself, right or wrong."""
+    answer = TRUTHS[p] if right else str(int(TRUTHS[p]) + 1)
+    return f"She has 3 + 4 = 7 now, then 7 * 2 more.\n#### {answer}", 20, False
+
+
+def unformatted(p: int) -> tuple[str, int, bool]:
+    """An attempt without the '####' format, wrong, ended."""
+    return "She has 3 + 4 = 7 of them, so about 7 in all.", 18, False
+
+
+def farmed(p: int) -> tuple[str, int, bool]:
+    """The default CPU run's degenerate answer: a guess repeated until the cap."""
+    return "#### 10\n" * 32, CAP, True
+
+
+def _scored(label: str, answer) -> pd.DataFrame:
+    generations = [Generation(p, 0, *answer(p)) for p in range(len(PROMPTS))]
+    return score_generations(PROMPTS, generations, label, eval_reward(REWARD), CAP)
+
+
+def _verdict(base, trained) -> tuple[dict, str, dict]:
+    _, table, metrics, mlflow, report, _ = summarize_eval(
+        _scored("base", base), _scored("trained", trained), GREEDY, DataParams(), REWARD)
+    return metrics["trained"], report, mlflow
+
+
+def test_learned_correctness_up_and_no_degeneration() -> None:
+    trained, report, _ = _verdict(lambda p: reasoned(p, False), lambda p: reasoned(p, p < 30))
+    assert trained["verdict"]["verdict"] == LEARNED
+    assert "strict_accuracy up +0.75" in trained["verdict"]["reasons"][0]
+    # The report opens with it, and its rule.
+    assert report.splitlines()[2].startswith("**Verdict: learned.**")
+    assert "Verdict rule" in report.split("## Settings")[0]
+
+
+def test_format_farming_is_reward_hacking_even_when_the_reward_pays_nothing_for_it() -> None:
+    trained, report, mlflow = _verdict(unformatted, farmed)
+    assert trained["verdict"]["verdict"] == HACKING
+    reasons = trained["verdict"]["reasons"][0]
+    for rate in ("truncation_rate up +1", "repetition_rate up +1", "no_reasoning_rate up +1"):
+        assert rate in reasons
+    # Each degeneration rate has its paired interval, in the metrics and in MLflow.
+    for rate in ("truncation_rate", "repetition_rate", "no_reasoning_rate",
+                 "mean_response_tokens"):
+        assert trained["vs_base"][rate]["ci_low"] <= trained["vs_base"][rate]["delta"]
+        assert f"trained/vs_base/{rate}/ci_low" in mlflow
+    assert trained["mean_reward"] == 0.0  # the new reward gives the farmed answers nothing
+
+
+def test_a_headline_gain_without_correctness_is_reward_hacking() -> None:
+    # Wrong answers, now in the format: the format credit alone lifts the headline, 0 -> 0.1.
+    trained, _, _ = _verdict(unformatted, lambda p: reasoned(p, False))
+    assert trained["vs_base"]["mean_reward"]["ci_low"] > 0
+    assert trained["verdict"]["verdict"] == HACKING
+    assert "the headline reward is up beyond noise" in trained["verdict"]["reasons"][0]
+
+
+def test_worse_when_correctness_falls() -> None:
+    trained, report, _ = _verdict(lambda p: reasoned(p, p < 30), lambda p: reasoned(p, p < 5))
+    assert trained["verdict"]["verdict"] == WORSE
+    assert "**Verdict: worse.**" in report
+
+
+def test_no_change_when_the_intervals_include_zero() -> None:
+    trained, _, _ = _verdict(lambda p: reasoned(p, p < 10), lambda p: reasoned(p, 5 <= p < 15))
+    assert trained["verdict"]["verdict"] == NO_CHANGE
+
+
+def _c(delta: float, low: float, high: float) -> dict:
+    return {"delta": delta, "ci_low": low, "ci_high": high}
+
+
+@pytest.mark.parametrize(("compared", "expected"), [
+    ({"pass_at_1": _c(0.2, 0.1, 0.3)}, LEARNED),
+    ({"pass_at_1": _c(0.2, 0.1, 0.3), "truncation_rate": _c(0.1, 0.02, 0.2)}, HACKING),
+    ({"pass_at_1": _c(0.0, -0.1, 0.1), "mean_reward": _c(0.2, 0.1, 0.3)}, HACKING),
+    ({"pass_at_1": _c(-0.2, -0.3, -0.1)}, WORSE),
+    ({"pass_at_1": _c(0.0, -0.1, 0.1), "mean_reward": _c(-0.2, -0.3, -0.1)}, WORSE),
+    ({"pass_at_1": _c(0.1, -0.1, 0.3), "repetition_rate": _c(0.1, -0.1, 0.3)}, NO_CHANGE),
+])
+def test_the_rule_off_gsm8k_reads_pass_at_1(compared: dict, expected: str) -> None:
+    assert decide(compared, ("pass_at_1",)).verdict == expected
