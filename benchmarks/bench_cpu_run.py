@@ -90,14 +90,18 @@ def settings() -> str:
     catalog = yaml.safe_load((ROOT / "conf/cpu/catalog.yml").read_text())
     trl, ev, prep = params["train"]["trl"], params["eval"], params["data_prep"]
     shots = len(prep.get("few_shot", []))
+    reward = (params.get("reward") or {}).get("custom_reward_function", {}).get(
+        "name", "compute_score")
+    held_out = catalog["raw_val"]["rows"]
+    prompts = (f"the first {ev['max_prompts']}" if ev.get("max_prompts") else "all")
     return (f"{catalog['raw_train']['rows']} generated additions to train on and "
-            f"{catalog['raw_val']['rows']} held out, instruction `{prep['instruction']}` with "
+            f"{held_out} held out, instruction `{prep['instruction']}` with "
             f"{shots} worked example{'s' if shots != 1 else ''} as an earlier chat turn, reward "
-            f"`{params['reward']['custom_reward_function']['name']}`, "
+            f"`{reward}`, "
             f"{params['data']['data_max_response_length']} response tokens, {trl['max_steps']} "
             f"GRPO steps of 2 prompts x 4 completions at temperature {trl['temperature']} and "
-            f"learning rate {trl['learning_rate']} (LoRA), eval on the first "
-            f"{ev['max_prompts']} held-out prompts, {'greedy' if ev.get('greedy') else 'sampled'}")
+            f"learning rate {trl['learning_rate']} (LoRA), eval on {prompts} {held_out} "
+            f"held-out prompts, {'greedy' if ev.get('greedy') else 'sampled'}")
 
 
 def _change(r: dict, metric: str) -> str:

@@ -54,6 +54,13 @@ def test_learned_correctness_up_and_no_degeneration() -> None:
     # The report opens with it, and its rule.
     assert report.splitlines()[2].startswith("**Verdict: learned.**")
     assert "Verdict rule" in report.split("## Settings")[0]
+    # Examples side by side: the prompts gained first, then unchanged ones, as quoted text
+    # that wraps (no table a reader must scroll), GSM8K's "####" escaped from Markdown.
+    examples = report.split("## Examples: base and trained answers")[1].split("\n## ")[0]
+    assert examples.count("gained: base wrong, trained right") == 2
+    assert examples.count("): unchanged") == 4
+    assert "**Base** (reward 0.1, wrong):" in examples
+    assert f"> \\#### {TRUTHS[0]}" in examples and "|" not in examples
 
 
 def test_format_farming_is_reward_hacking_even_when_the_reward_pays_nothing_for_it() -> None:
@@ -68,6 +75,8 @@ def test_format_farming_is_reward_hacking_even_when_the_reward_pays_nothing_for_
         assert trained["vs_base"][rate]["ci_low"] <= trained["vs_base"][rate]["delta"]
         assert f"trained/vs_base/{rate}/ci_low" in mlflow
     assert trained["mean_reward"] == 0.0  # the new reward gives the farmed answers nothing
+    assert "the trained answer degenerated" in report
+    assert "(reward 0, wrong; repetitive, truncated, no reasoning)" in report
 
 
 def test_a_headline_gain_without_correctness_is_reward_hacking() -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 
 KEYS = ["prompt_index", "sample_index", "data_source", "prompt", "ground_truth"]
 PER_MODEL = ["response", "reward", "strict", "flexible", "strict_format", "answer",
-             "response_tokens", "truncated"]
+             "response_tokens", "truncated", "repetitive", "no_reasoning"]
 
 
 def generations_table(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
