@@ -43,9 +43,10 @@ class WholeConfigurationHook:
 
     Kedro instantiates the typed groups of the pipelines it runs (``--pipeline data_prep``
     checks only data_prep's), and each stage of a whole `kedro run` is its own session
-    (``cli.py``). This makes a typo in the train group, or ``eval.max_new_tokens`` set
-    against ``data.data_max_response_length`` (:data:`rl_pipeline.config.FOLLOWERS`), fail
-    any run at once, not an hour later when that stage starts.
+    (``cli.py``). This makes a typo in the train group, ``eval.max_new_tokens`` set against
+    ``data.data_max_response_length`` (:data:`rl_pipeline.config.FOLLOWERS`), or another rule
+    over two groups (:func:`rl_pipeline.config.cross_group_problems`) fail any run at once,
+    not an hour later when that stage starts.
     """
 
     @hook_impl
