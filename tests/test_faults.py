@@ -138,10 +138,12 @@ def test_two_data_prep_runs_at_once_write_two_intact_versions(tmp_path, tiny_mod
     project = make_project(tmp_path)
     params = f"base_model={tiny_model_dir}"
     # The first run stops with its prompts written but not yet in place; the second runs
-    # from start to end meanwhile; then the first goes on.
-    with StoppedRun(project, kedro_command("--pipeline", "data_prep", "--params", params),
+    # from start to end meanwhile; then the first goes on. GSM8K (conf/base): files of
+    # thousands of rows, not conf/cpu's 600 additions.
+    with StoppedRun(project, kedro_command("--pipeline", "data_prep", "--params", params,
+                                           env=None),
                     stop_at="rename:*/train_prompts.parquet/*/train_prompts.parquet") as first:
-        _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params))
+        _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params, env=None))
         _ok(first.resume())
 
     _, runs = mlflow_runs(project)
@@ -149,7 +151,7 @@ def test_two_data_prep_runs_at_once_write_two_intact_versions(tmp_path, tiny_mod
     for name in ("train_prompts", "val_prompts"):
         versions = sorted(r.data.tags[f"dataset.saved.{name}"] for r in runs)
         assert len(set(versions)) == 2
-        frames = [project_catalog(project).load(name, version=v) for v in versions
+        frames = [project_catalog(project, env="local").load(name, version=v) for v in versions
                   if monkeypatch.chdir(project) is None]
         pd.testing.assert_frame_equal(frames[0], frames[1])  # same input, same prompts
         assert len(frames[0]) > 1000

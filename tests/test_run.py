@@ -264,7 +264,8 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     # Typed groups are logged field by field (defaults included), not as one long string.
     assert "train" not in train.data.params and "train" not in train.data.tags
     assert train.data.params["train.trl.beta"] == "0.0"
-    assert train.data.params["reward.custom_reward_function.name"] == "gsm8k_format_credit"
+    assert train.data.params["reward.custom_reward_function.name"] == "compute_score"
+    assert prep.data.params["data_prep.data_source"] == "rl_pipeline/arithmetic"
     steps = client.get_metric_history(train.info.run_id, "train/reward")
     assert [m.step for m in steps] == [1, 2]
     assert "train/reward_curve.png" in {a.path for a in client.list_artifacts(

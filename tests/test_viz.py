@@ -109,5 +109,4 @@ def test_datasets_carry_their_catalog_types_and_nodes_their_parameters(graphs):
     # kedro-viz shows a node's parameters as the environment resolves them (conf/cpu here).
     train = by_name(graph, "task")["train_model_node"]
     assert train["parameters"]["train"]["engine"] == "trl"
-    assert train["parameters"]["reward"]["custom_reward_function"]["name"] == (
-        "gsm8k_format_credit")
+    assert train["parameters"]["train"]["trl"]["max_steps"] == 40  # conf/cpu: 40, base: -1
