@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
 LOCAL_RAY = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4",
              "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
              "trainer.val_before_train=false", "+ray_kwargs.ray_init.include_dashboard=false"]
-TIMEOUT_S = 15
+TIMEOUT_S = 5
 
 
 def test_workers_ray_cannot_place_stop_the_run_in_bounded_time_and_ray_is_shut_down(

@@ -210,6 +210,42 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     return out
 
 
+# train.verl.device=cpu: the module that gives verl a CPU platform, workers and a rollout,
+# imported by every Ray process through verl's plugin hook before verl reads the device.
+CPU_MODULE = "rl_pipeline.engines.verl_cpu"
+CPU_ENV = {
+    "VERL_PLATFORM": "cpu",
+    "VERL_USE_EXTERNAL_MODULES": CPU_MODULE,
+    # verl registers its FSDP engines for cuda and npu; the engine itself is device-agnostic.
+    "VERL_ENGINE_DEVICE": "cuda",
+    # verl compiles its entropy kernel with torch.compile by default: minutes on 2 cores.
+    "TORCH_COMPILE_DISABLE": "1",
+}
+
+
+def cpu_overrides(ranks: int) -> list[str]:
+    """verl on this machine's CPU (train.verl.device=cpu), with ``ranks`` FSDP ranks.
+
+    Ray is told of one logical GPU per rank (verl's resource pools always ask for GPUs)
+    and enough logical CPUs for verl's worker bundles (3 CPUs each) beside its TaskRunner,
+    TransferQueue, agent-loop and reward actors, each cut to one process.
+    """
+    return [
+        "trainer.device=cpu",
+        f"+ray_kwargs.ray_init.num_gpus={ranks}",
+        f"ray_kwargs.ray_init.num_cpus={3 * ranks + 6}",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+        *[f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(value)}"
+          for key, value in CPU_ENV.items()],
+    ]
+
+
 def run_id_override(run_id: str) -> str:
     """Attach verl's MLflow logger to the train stage's run (added at launch only)."""
     return f"+{_RUNTIME_ENV}.env_vars.MLFLOW_RUN_ID={_hydra_value(run_id)}"

@@ -48,6 +48,7 @@ from rl_pipeline.engines.verl_config import (
     LaunchInputs,
     command_line,
     compose_verl_config,
+    cpu_overrides,
     hydra_overrides,
     launch_overrides,
     override_key,
@@ -73,6 +74,7 @@ from rl_pipeline.engines.verl_preflight import (
     requirements,
     resolve_hardware,
 )
+from rl_pipeline.engines.verl_rollout_check import check_rollout_policy, read_agreement
 from rl_pipeline.merge.fsdp import (
     LATEST,
     convert_fsdp_checkpoint,
@@ -120,8 +122,9 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         PreflightError: Listing every problem found.
     """
     started = time.perf_counter()
+    cpu = verl.device == "cpu"
     # The driver needs GPUs only when it is the machine that trains (no Ray cluster).
-    local = training and not inputs.ray_address
+    local = training and not inputs.ray_address and not cpu
     # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
     hardware = resolve_hardware(verl, gpus_visible if local else max(gpus_visible, 1))
     if local:
@@ -145,6 +148,9 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
             problems += check_shipped_reward(target)
     if local:
         problems += check_rollout_engine(verl)
+    if cpu and inputs.ray_address:
+        problems.append(Problem("ray_address", inputs.ray_address, "none with train.verl."
+                                "device: cpu (it starts its own local Ray)", group="train"))
     if inputs.ray_address and contact_cluster:
         problems += check_nodes(inputs.ray_address, hardware, paths, target, report,
                                 training=training)
@@ -155,6 +161,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                               pip=requirements(verl.pypi_packages_override),
                               legacy_trainer=verl.algorithm_adv_estimator
                               in LEGACY_TRAINER_ESTIMATORS)
+    if cpu:
+        launch += cpu_overrides(hardware.gpus_per_node)
     problems += _check_user_overrides(verl.overrides, launch)
     overrides = hydra_overrides(values, [*launch, *verl.overrides])
     try:
@@ -164,7 +172,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
     problems += _check_inputs(config, inputs, reward, target, report)
-    if not any(p.parameter == "base_model" for p in problems):  # verl reads the model's config
+    if not cpu and not any(p.parameter == "base_model" for p in problems):
+        # verl reads the model's config to build vLLM's command line
         problems += check_vllm_args(config, verl.overrides, report)
     if problems:
         raise PreflightError(problems)
@@ -176,7 +185,9 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
 
 
 def train_verl(overrides: list[str], run_id: str | None,
-               placement_timeout_s: float | None = None) -> TrainRun:
+               placement_timeout_s: float | None = None,
+               max_probs_diff: float | None = None,
+               min_probs_pearson: float | None = None) -> TrainRun:
     """Launch verl's ``run_ppo`` with its TaskRunner on Ray.
 
     verl starts a local Ray unless the overrides name a cluster (``ray_kwargs.ray_init.
@@ -192,11 +203,16 @@ def train_verl(overrides: list[str], run_id: str | None,
         run_id: The train stage's MLflow run, or None.
         placement_timeout_s: How long verl's workers may wait to be placed on Ray (None:
             as long as it takes, verl's own behaviour).
+        max_probs_diff: ``train.verl.rollout_max_probs_diff``: the largest mean gap between
+            the rollout's and the actor's token probabilities at any step (None: no check).
+        min_probs_pearson: ``train.verl.rollout_min_probs_pearson``: their smallest
+            correlation at any step (None: no check).
 
     Raises:
         WorkerDeviceError: When verl's workers failed on nodes without the CUDA devices Ray
             declares there (the nodes named; verl's error chained).
         WorkerPlacementError: When they were not placed within ``placement_timeout_s``.
+        RolloutPolicyError: When the rollout sampled another policy than the actor trained.
 
     Returns:
         The run; its history is verl's mean score per step, read back from MLflow.
@@ -227,7 +243,11 @@ def train_verl(overrides: list[str], run_id: str | None,
     watch = PlacementWatch(placement_timeout_s)
     try:
         with watch:
-            if config.trainer.use_v1:
+            if config.trainer.device == "cpu":
+                from rl_pipeline.engines.verl_cpu import CPUTaskRunner
+
+                run_ppo(config, task_runner_class=CPUTaskRunner)
+            elif config.trainer.use_v1:
                 run_ppo(config, task_runner_class=TaskRunnerV1)
             else:  # LEGACY_TRAINER_ESTIMATORS (remax)
                 from verl.trainer.main_ppo_v0 import TaskRunner
@@ -237,7 +257,9 @@ def train_verl(overrides: list[str], run_id: str | None,
         if watch.reason:
             raise WorkerPlacementError(watch.reason) from exc
         # verl's error is a worker's traceback (NCCL, CUDA) that does not say which node.
-        explanation = explain_worker_failure() if ray.is_initialized() else None
+        # (On a CPU run there are no CUDA devices to look for.)
+        explanation = (explain_worker_failure()
+                       if ray.is_initialized() and config.trainer.device != "cpu" else None)
         if explanation:
             raise WorkerDeviceError(explanation) from exc
         raise
@@ -259,6 +281,10 @@ def train_verl(overrides: list[str], run_id: str | None,
                            ": the workers could not reach the tracking store (on a Ray cluster "
                            "use a tracking server, conf/local/README.md). The checkpoints are "
                            f"in {checkpoints}.")
+    if run_id and summary["steps"] > resumed_from and (
+            max_probs_diff is not None or min_probs_pearson is not None):
+        summary["rollout_policy"] = check_rollout_policy(
+            read_agreement(run_id), max_probs_diff, min_probs_pearson, str(checkpoints))
     return TrainRun(summary=summary, history=history, checkpoints=checkpoints)
 
 
@@ -363,7 +389,9 @@ class VerlEngine(Engine):
               val_prompts: Any, run_id: str | None) -> TrainRun:
         # verl reads the prompt files itself (plan["overrides"] name them).
         return train_verl(plan["overrides"], run_id,
-                          placement_timeout_s=setup.train.ray_placement_timeout_s)
+                          placement_timeout_s=setup.train.ray_placement_timeout_s,
+                          max_probs_diff=setup.train.verl.rollout_max_probs_diff,
+                          min_probs_pearson=setup.train.verl.rollout_min_probs_pearson)
 
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         return export_adapter(run.checkpoints, scratch_dir, run.summary,

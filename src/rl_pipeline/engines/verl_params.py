@@ -99,6 +99,23 @@ class VerlParams(ParamGroup):
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
     # Ours, not the specs'.
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="Where verl's workers run. cuda: GPUs, with the vLLM rollout. cpu: "
+        "this machine's CPU, with a transformers rollout (set ENGINE: hf): verl's own trainer, "
+        "agent loop, reward loop, FSDP2 + LoRA update, weight sync and checkpoints, for small "
+        "models and short runs (docs/gpu.md, 'verl on a CPU'); trainer_n_gpus_per_node then "
+        "counts ranks on gloo (auto: 1).")
+    rollout_max_probs_diff: float | None = Field(
+        0.05, gt=0, le=1, description="After training, verl's own rollout-versus-actor metric "
+        "training/rollout_probs_diff_mean (mean |p_rollout - p_actor| over response tokens) "
+        "must stay at or below this at every step, else the run fails naming the likely "
+        "causes (a LoRA adapter the rollout never loaded, weights garbled by the sync): the "
+        "rollout sampled another policy than the one trained. null: not checked.")
+    rollout_min_probs_pearson: float | None = Field(
+        0.9, ge=-1, le=1, description="The same check on verl's "
+        "training/rollout_actor_probs_pearson_corr: at least this at every step. With the "
+        "same weights it stays near 1 (0.985-0.999 measured on a CPU, docs/gpu.md); a rollout "
+        "without the trained adapter fell to 0.37 one step later. null: not checked.")
     actor_model_attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] = Field(
         "sdpa", description="Attention kernel of the actor, reference and critic (verl's "
         "model override_config). sdpa is PyTorch's own and needs nothing installed; verl's "

@@ -21,6 +21,8 @@ GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "reinforce_plus_plus_ba
 # vLLM's supported max_lora_rank values (verl rounds the rank up to one of these).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+# The transformers rollout of train.verl.device=cpu (rl_pipeline.engines.verl_cpu).
+CPU_ROLLOUT = "hf"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,10 @@ class Hardware:
 
 
 def resolve_hardware(verl: VerlParams, gpus_visible: int) -> Hardware:
-    """Resolve the ``auto`` settings: all visible GPUs, and tensor parallel min(2, GPUs)."""
+    """Resolve the ``auto`` settings: all visible GPUs (one rank on a CPU), and tensor
+    parallel min(2, GPUs)."""
+    if verl.device == "cpu":
+        gpus_visible = 1
     gpus = gpus_visible if verl.trainer_n_gpus_per_node == "auto" else verl.trainer_n_gpus_per_node
     tp = (min(2, max(gpus, 1)) if verl.rollout_tensor_model_parallel_size == "auto"
           else verl.rollout_tensor_model_parallel_size)
@@ -91,8 +96,11 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
             value = getattr(data, parameter)
         problems.append(Problem(parameter, value, allowed))
 
-    if verl.ENGINE not in ROLLOUT_ENGINES:
-        fail("ENGINE", f"one of {', '.join(ROLLOUT_ENGINES)}")
+    if verl.device == "cpu":
+        problems += check_cpu(verl, hardware)
+    elif verl.ENGINE not in ROLLOUT_ENGINES:
+        fail("ENGINE", f"one of {', '.join(ROLLOUT_ENGINES)}"
+             + (" (hf only with device: cpu)" if verl.ENGINE == CPU_ROLLOUT else ""))
     gpus, n = hardware.gpus, verl.rollout_n
     if gpus < 1:
         fail("trainer_n_gpus_per_node", "at least 1 GPU (verl trains on GPUs only)")
@@ -113,6 +121,18 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
         if (verl.data_train_batch_size * n) % gpus:
             fail("data_train_batch_size", f"a value for which batch x rollout_n "
                  f"({verl.data_train_batch_size} x {n}) divides evenly over {gpus} GPUs")
+        else:
+            # verl computes the old and the reference log-probs of each GPU's whole share of
+            # the step's batch in micro-batches of these sizes (workers/engine/utils.py
+            # asserts the division), after the rollout: a wrong size fails only there.
+            share = verl.data_train_batch_size * n // gpus
+            reference = verl.actor_use_kl_loss or verl.algorithm_use_kl_in_reward
+            for micro in ("rollout_log_prob_micro_batch_size_per_gpu",
+                          *(["ref_log_prob_micro_batch_size_per_gpu"] if reference else [])):
+                if share % getattr(verl, micro):
+                    fail(micro, f"a divisor of each GPU's share of the step's batch, {share} "
+                         f"(data_train_batch_size {verl.data_train_batch_size} x rollout_n "
+                         f"{n} / {gpus} GPUs): {_divisors(share)}")
     if verl.data_train_batch_size < verl.actor_ppo_mini_batch_size:
         fail("data_train_batch_size", f"at least actor_ppo_mini_batch_size "
              f"({verl.actor_ppo_mini_batch_size})")
@@ -155,6 +175,38 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
     if gpus_visible is not None and hardware.nnodes > 1 and not ray_address:
         fail("trainer_nnodes", "1, or a Ray cluster address (RAY_ADDRESS or conf/local) for "
              "several nodes")
+    return problems
+
+
+def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
+    """What ``device: cpu`` cannot run (rl_pipeline.engines.verl_cpu wires verl's v1 sync
+    trainer, its hybrid actor-rollout worker and a transformers rollout, nothing else)."""
+    problems = []
+
+    def fail(parameter: str, allowed: str) -> None:
+        problems.append(Problem(parameter, getattr(verl, parameter), allowed))
+
+    if verl.ENGINE != CPU_ROLLOUT:
+        fail("ENGINE", f"{CPU_ROLLOUT} with device: cpu (the transformers rollout; vLLM, "
+             "SGLang and TensorRT-LLM need GPUs)")
+    if verl.algorithm_adv_estimator == "gae":
+        fail("algorithm_adv_estimator", "an estimator without a critic with device: cpu "
+             "(grpo, reinforce_plus_plus, rloo, ...): the critic's worker is not wired for a CPU")
+    if verl.algorithm_adv_estimator == "remax":
+        fail("algorithm_adv_estimator", "not remax with device: cpu: remax runs on verl's "
+             "legacy trainer, which the CPU mode does not wire")
+    if verl.actor_model_lora_rank == 0:
+        fail("actor_model_lora_rank", "at least 1 with device: cpu: without LoRA verl builds a "
+             "separate reference model with pinned-memory offload, which needs an accelerator")
+    if verl.actor_fsdp_config_offload_policy:
+        fail("actor_fsdp_config_offload_policy", "false with device: cpu: the FSDP2 offload "
+             "policy pins host memory, which needs an accelerator (and the model is already "
+             "in host memory)")
+    if verl.trainer_nnodes != 1:
+        fail("trainer_nnodes", "1 with device: cpu (one machine, ranks on gloo)")
+    if hardware.tensor_parallel != 1:
+        fail("rollout_tensor_model_parallel_size", "1 (or auto) with device: cpu: the "
+             "transformers rollout is one process")
     return problems
 
 
