@@ -125,11 +125,19 @@ def cpu_bed(tmp_path_factory, tiny_model_dir) -> dict:
             "reward": {"path": str(root / "reward.py"), "name": "score"}}
 
 
+def _client(uri: str) -> mlflow.MlflowClient:
+    # A client of its own: the fluent API's active experiment would outlive this module.
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
 def _new_run(uri: str, name: str) -> str:
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment("verl_cpu")
-    with mlflow.start_run(run_name=name) as run:
-        return run.info.run_id
+    client = _client(uri)
+    experiment = client.get_experiment_by_name("verl_cpu")
+    experiment_id = (experiment.experiment_id if experiment
+                     else client.create_experiment("verl_cpu"))
+    run = client.create_run(experiment_id, run_name=name)
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
 
 
 def _job(bed: dict, name: str, checkpoints: Path, **verl) -> tuple[Path, str]:
@@ -151,8 +159,8 @@ def _start(job: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _history(run_id: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in mlflow.MlflowClient().get_metric_history(run_id, key)}
+def _history(uri: str, run_id: str, key: str) -> dict[int, float]:
+    return {m.step: m.value for m in _client(uri).get_metric_history(run_id, key)}
 
 
 def _newest(checkpoints: Path) -> int:
@@ -186,9 +194,9 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     assert summary["resumed_from_step"] == killed_at and summary["steps"] == steps
     # verl's own metrics: the killed attempt logged the steps it finished, the rerun the
     # rest, each once: nothing redone, nothing skipped.
-    first_steps = set(_history(first_run, "critic/score/mean"))
+    first_steps = set(_history(cpu_bed["tracking_uri"], first_run, "critic/score/mean"))
     assert first_steps <= set(range(1, killed_at + 2))
-    rerun_metrics = {key: _history(second_run, key) for key in (
+    rerun_metrics = {key: _history(cpu_bed["tracking_uri"], second_run, key) for key in (
         "critic/score/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/step",
         "training/rollout_probs_diff_mean")}
     for key, history in rerun_metrics.items():

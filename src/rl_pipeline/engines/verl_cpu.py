@@ -440,10 +440,8 @@ class HFServer:
             chosen = torch.tensor(tokens)
             log_probs = torch.log_softmax(logits, dim=-1)[
                 torch.arange(len(tokens)), chosen].tolist()
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
-        finished = bool(tokens) and tokens[-1] in eos_ids
-        return TokenOutput(token_ids=tokens, log_probs=log_probs,
-                           stop_reason="completed" if finished else None,
+        # vLLM's server reports both an end of sequence and the length cap as "completed".
+        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
                            extra_fields={"global_steps": self.global_steps})
 
 
