@@ -6,7 +6,7 @@ loop, agent loop, reward loop, advantage, FSDP2 + LoRA actor update, weight sync
 checkpoint manager on a machine without a GPU:
 
 - :class:`CPUPlatform`, registered with verl's ``PlatformRegistry`` and chosen in every Ray
-  process by ``VERL_PLATFORM=cpu`` (:func:`worker_environment`);
+  process by ``VERL_PLATFORM=cpu`` (``verl_config.CPU_ENV``, set in Ray's runtime_env);
 - :class:`CPUActorRolloutRefWorker`, verl's hybrid worker with a gloo process group created
   before verl would create ``cpu:gloo,cpu:gloo`` (which torch refuses);
 - :class:`CPUPPOTrainerSync` and :class:`CPUTaskRunner`, which put that worker where verl's
@@ -74,7 +74,7 @@ class CPUPlatform(PlatformBase):
     """The host CPU as verl's accelerator: device ``"cpu"``, collectives on gloo.
 
     Ray still places verl's workers on a logical GPU (``ray_resource_name`` stays ``GPU``):
-    verl's resource pools always ask for one, and :func:`worker_environment`'s Ray declares
+    verl's resource pools always ask for one, and ``verl_config.cpu_overrides``' Ray declares
     it. The device is the string ``"cpu"``, because verl passes ``current_device()`` to
     ``.to()`` and ``torch.device()``, where a CPU build refuses an integer.
     """
@@ -205,21 +205,6 @@ def check_verl_internals() -> list[str]:
     if "peft_config=peft_config, base_sync_done=True" not in sync_source:
         missing.append(VERL_INTERNALS[3][0])
     return missing
-
-
-def worker_environment() -> dict[str, str]:
-    """Environment for every process of a CPU run (the driver's Ray and its actors)."""
-    return {
-        "VERL_PLATFORM": PLATFORM,
-        # Imported inside `import verl` in each Ray process, so the platform is registered
-        # before verl's modules read the device.
-        "VERL_USE_EXTERNAL_MODULES": __name__,
-        # verl registers its FSDP engines for cuda and npu only; it is device-agnostic.
-        "VERL_ENGINE_DEVICE": "cuda",
-        # verl compiles its entropy kernel with torch.compile: minutes on 2 cores.
-        "TORCH_COMPILE_DISABLE": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
 
 
 def _init_gloo() -> None:
