@@ -17,6 +17,34 @@ GSM8K_TEST = PROJECT_ROOT / "data/01_raw/gsm8k/test.jsonl"
 SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Folders made once per test session (see resolved_cache), for code that takes no fixtures.
 _SESSION_FOLDERS: dict[str, Path] = {}
+# Modules that start Ray clusters, verl's own trainer or a Ray-placed driver: run one at a
+# time, on one pytest-xdist worker, so that two clusters never compete for 2 cores.
+RAY_MODULES = {"tests/engines/test_verl_cpu.py", "tests/engines/test_verl_cluster.py",
+               "tests/gpu_boundary/test_ray_cluster_run.py",
+               "tests/gpu_boundary/test_verl_driver.py"}
+
+
+@pytest.fixture(autouse=True)
+def _one_environ():
+    """Put ``os.environ`` back where a library swapped it: datasets' ``map(num_proc=...)``
+    (verl's RLHFDataset filter, run by the verl preflight) replaces it with a copy taken
+    mid-test (arrow_dataset.py: ``os.environ = prev_env``), so monkeypatch would restore the
+    old object and a test's PATH or variables would leak into the next tests."""
+    environ = os.environ
+    yield
+    if os.environ is not environ:
+        os.environ = environ  # noqa: B003 (the object itself goes back, not its contents)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (pyproject's addopts) each module runs whole on one worker,
+    so its module-scoped fixtures (a data_prep run, a trained model) are made once; the
+    RAY_MODULES share one group."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
 
 
 def read_gsm8k(path: Path = GSM8K_TRAIN, n: int | None = None) -> list[dict[str, Any]]:

@@ -232,6 +232,8 @@ def cpu_overrides(ranks: int) -> list[str]:
     """
     return [
         "trainer.device=cpu",
+        # A Ray of its own, even where RAY_ADDRESS names a cluster (ray.init would join it).
+        "+ray_kwargs.ray_init.address=local",
         f"+ray_kwargs.ray_init.num_gpus={ranks}",
         f"ray_kwargs.ray_init.num_cpus={3 * ranks + 6}",
         "+ray_kwargs.ray_init.include_dashboard=false",
