@@ -39,9 +39,10 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test install model vllm-parser lock lock-check wheelhouse benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
+.PHONY: run test install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
 
-run: install model
+# SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
+run: install $(if $(filter cpu,$(ENV)),model)
 	@echo "kedro environment: $(ENV) (override with ENV=...)"
 	$(BIN)/kedro run --pipelines $(PIPELINE) --env $(ENV) $(ARGS)
 
@@ -98,6 +99,14 @@ wheelhouse: lock-check
 	$(BIN)/python scripts/wheelhouse.py --lock requirements/gpu.lock --python-version 3.12 \
 		--platform $(WHEELHOUSE_PLATFORM) $(if $(FREEZE),--exclude-freeze $(FREEZE)) \
 		--part-size 60M --out $(WHEELHOUSE)
+
+# The offline kit for a known GPU image (docs/gpu.md, 'An offline kit'): the wheels it lacks,
+# SmolLM2 and this project at HEAD, every file at most 60 MiB, and run_smoke.sh, which installs
+# them and runs conf/smoke end to end. FREEZE defaults to the lent H100 machines' image.
+GPU_KIT ?= $(HOME)/.cache/rl_pipeline/gpu-kit
+gpu-kit: lock-check model
+	$(BIN)/python scripts/gpu_kit.py --freeze $(or $(FREEZE),requirements/images/lent-h100.freeze) \
+		--platform $(WHEELHOUSE_PLATFORM) --out $(GPU_KIT)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts

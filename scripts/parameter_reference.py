@@ -187,7 +187,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "is trainer_test_freq -1. " + _STEPS),
     Equivalent("save_steps", "trainer_save_freq",
                note="verl's -1 never saves. " + _STEPS),
-    Equivalent("save_total_limit", verl_keys=("trainer.max_actor_ckpt_to_keep",),
+    Equivalent("save_total_limit", "trainer_max_actor_ckpt_to_keep",
                note="null keeps every checkpoint in both."),
     # Miscellaneous
     Equivalent("shuffle_dataset", verl_keys=("data.shuffle",)),

@@ -246,8 +246,8 @@ def sha256_of(path: Path) -> str:
 class SplitWriter:
     """A write-only file that spreads its bytes over parts of at most `part_size` bytes."""
 
-    def __init__(self, out: Path, part_size: int):
-        self.out, self.part_size = out, part_size
+    def __init__(self, out: Path, part_size: int, prefix: str = PART_PREFIX):
+        self.out, self.part_size, self.prefix = out, part_size, prefix
         self.parts: list[dict] = []
         self.total = hashlib.sha256()
         self.size = 0
@@ -256,7 +256,7 @@ class SplitWriter:
 
     def _next(self):
         self._close_part()
-        name = f"{PART_PREFIX}{len(self.parts):03d}"
+        name = f"{self.prefix}{len(self.parts):03d}"
         self._f = open(self.out / name, "wb")
         self._h = hashlib.sha256()
         self.parts.append({"file": name, "size": 0})
@@ -286,12 +286,13 @@ class SplitWriter:
         self._close_part()
 
 
-def pack(out: Path, files: list[tuple[Path, str]], part_size: int) -> SplitWriter:
+def pack(out: Path, files: list[tuple[Path, str]], part_size: int,
+         prefix: str = PART_PREFIX) -> SplitWriter:
     """One uncompressed tar of `files` (wheels are zip files already), written straight into
-    parts; reproducible: sorted, mtime 0, root-owned."""
-    for old in out.glob(PART_PREFIX + "*"):
+    parts named `prefix`NNN; reproducible: sorted, mtime 0, root-owned."""
+    for old in out.glob(prefix + "*"):
         old.unlink()
-    writer = SplitWriter(out, part_size)
+    writer = SplitWriter(out, part_size, prefix)
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path, arcname in files:
             info = tar.gettarinfo(str(path), arcname)

@@ -26,7 +26,8 @@ from tests.conftest import PROJECT_ROOT
 from tests.engines.test_verl_engine import inputs  # noqa: F401  (the tiny model and prompts)
 
 # Each environment: the GPUs its machine shows, and the hardware verl must resolve there.
-ENVIRONMENTS = {"gpu1": (1, Hardware(gpus_per_node=1, nnodes=1, tensor_parallel=1)),
+ENVIRONMENTS = {"smoke": (1, Hardware(gpus_per_node=1, nnodes=1, tensor_parallel=1)),
+                "gpu1": (1, Hardware(gpus_per_node=1, nnodes=1, tensor_parallel=1)),
                 "gpu8": (8, Hardware(gpus_per_node=8, nnodes=1, tensor_parallel=2)),
                 "multinode": (8, Hardware(gpus_per_node=8, nnodes=2, tensor_parallel=2))}
 GSM8K_TRAIN_ROWS = 7473  # train_prompts after data_prep: the batch sizes are checked on it

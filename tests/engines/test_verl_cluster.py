@@ -133,3 +133,48 @@ def test_a_cluster_nobody_answers_at_stops_training_and_is_reported_when_checkin
                         _inputs(shared, ray_address=address), gpus_visible=0, training=False,
                         train_rows=16, contact_cluster=True)
     assert checked.report["cluster"]["checked"] is False
+
+
+def test_a_node_that_does_not_share_the_checkpoint_storage_is_named(shared, tmp_path) -> None:
+    """The node check as it runs on each node: the first node wrote a token under
+    train_checkpoints; a node whose folder at that path is its own does not see it."""
+    from rl_pipeline.engines.verl_cluster import WorkerPaths, _node_check, _write_marker
+
+    paths = WorkerPaths(str(shared / "train.parquet"), str(shared / "val.parquet"),
+                        str(shared / "model"), str(shared / "checkpoints"))
+    marker = str(shared / "checkpoints" / ".shared-storage-check-test")
+    assert _write_marker(marker, "token\n") is None
+    same = _node_check(paths, None, "compute_score", "sdpa", marker, "token\n")
+    assert not [p for p in same["problems"] if "train_checkpoints" in p]
+    # Another node: the same path, a folder of its own (here: where the token is not).
+    local = WorkerPaths(*[*vars(paths).values()][:3], str(tmp_path / "checkpoints"))
+    other = _node_check(local, None, "compute_score", "sdpa",
+                        str(tmp_path / "checkpoints" / Path(marker).name), "token\n")
+    (problem,) = [p for p in other["problems"] if "train_checkpoints" in p]
+    assert "storage shared with the other nodes" in problem and "split" in problem
+    assert other["free_gib"] > 0
+
+
+def test_the_attention_kernel_is_checked_on_each_node(shared) -> None:
+    from rl_pipeline.engines.verl_cluster import WorkerPaths, _node_check
+
+    paths = WorkerPaths(str(shared / "train.parquet"), str(shared / "val.parquet"),
+                        str(shared / "model"), str(shared / "checkpoints"))
+    flash = _node_check(paths, None, "compute_score", "flash_attention_2", None, "")
+    assert "flash_attn importable on this node (it is not)" in flash["problems"]
+    assert not any("flash_attn" in p for p in _node_check(
+        paths, None, "compute_score", "sdpa", None, "")["problems"])
+
+
+def test_with_a_cluster_address_auto_trains_with_verl_and_eval_will_not_use_this_cpu() -> None:
+    from rl_pipeline.config import ConfigError
+    from rl_pipeline.engines.base import choose_engine
+    from rl_pipeline.pipelines.eval.nodes import check_eval_machine
+
+    assert choose_engine("auto", 0)[0] == "trl"  # this machine alone: no GPU, no vLLM
+    name, why = choose_engine("auto", 0, "ray://head:10001")
+    assert name == "verl" and "ray://head:10001" in why
+    with pytest.raises(ConfigError, match=r"eval.backend='auto'.*ray://head:10001.*GPU node"):
+        check_eval_machine("auto", "ray://head:10001")
+    check_eval_machine("hf", "ray://head:10001")  # on purpose
+    check_eval_machine("auto", None)  # no cluster: the CPU is this run's machine

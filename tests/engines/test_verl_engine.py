@@ -92,8 +92,8 @@ def test_remax_runs_on_verls_legacy_trainer(inputs) -> None:
 
 
 def test_extra_overrides_are_composed_and_checked_together(inputs) -> None:
-    config = _plan(inputs, {"overrides": ["trainer.max_actor_ckpt_to_keep=2"]}).config
-    assert config.trainer.max_actor_ckpt_to_keep == 2
+    config = _plan(inputs, {"overrides": ["trainer.max_critic_ckpt_to_keep=2"]}).config
+    assert config.trainer.max_critic_ckpt_to_keep == 2
     with pytest.raises(PreflightError) as err:
         _plan(inputs, {"overrides": ["trainer.no_such_key=1", "data.train_batch_size=4",
                                      "trainer.default_local_dir=/tmp/x", "not an override"]})

@@ -87,3 +87,32 @@ def test_each_model_generates_in_a_process_of_its_own(tiny_model_dir) -> None:
     assert os.getpid() not in (first.pid, second.pid) and first.pid != second.pid
     assert [g.text for g in first.generations] == [g.text for g in here.generations]
     assert first.device == "cpu" and first.peak_memory_mib > 0
+
+
+def test_the_peak_sampler_catches_memory_freed_before_the_block_ends() -> None:
+    """What eval does on a GPU (sampling the device's used memory while another process, vLLM's
+    engine, allocates it), here with this process's resident memory as the quantity."""
+    import os
+    import time
+
+    import torch
+
+    from rl_pipeline.evaluation.generate import PeakSampler
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def resident_mib() -> float:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page / 2**20
+
+    before = resident_mib()
+    with PeakSampler(resident_mib, interval_s=0.01) as sampler:
+        block = torch.ones(100 * 2**20, dtype=torch.float32)  # 400 MiB, touched
+        time.sleep(0.2)
+        del block
+        time.sleep(0.05)
+    assert sampler.peak >= before + 350
+    assert resident_mib() < sampler.peak - 300  # freed before the block ended: only sampled
+    with PeakSampler(None) as idle:
+        pass
+    assert idle.peak == 0.0

@@ -107,10 +107,14 @@ def get_engine(name: str) -> Engine:
     return getattr(importlib.import_module(module), cls)()
 
 
-def choose_engine(engine: str, gpus_visible: int) -> tuple[str, str]:
-    """The engine to train with, and why (``auto``: verl needs CUDA GPUs and vLLM)."""
+def choose_engine(engine: str, gpus_visible: int,
+                  ray_address: str | None = None) -> tuple[str, str]:
+    """The engine to train with, and why (``auto``: verl needs CUDA GPUs and vLLM, here or
+    on the Ray cluster at ``ray_address``, whose nodes the verl preflight checks)."""
     if engine != "auto":
         return engine, f"train.engine={engine}"
+    if ray_address:
+        return "verl", f"train.engine=auto: a Ray cluster at {ray_address} trains"
     has_vllm = importlib.util.find_spec("vllm") is not None
     if gpus_visible and has_vllm:
         return "verl", f"train.engine=auto: {gpus_visible} CUDA GPU(s) and vLLM found"

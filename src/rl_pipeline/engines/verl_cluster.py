@@ -14,19 +14,18 @@ import logging
 import os
 import re
 import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import rl_pipeline
+from rl_pipeline.engines.verl_host import driver_problem, driver_version, free_gib
 from rl_pipeline.engines.verl_preflight import Hardware, Problem
 from rl_pipeline.rewards.scoring import PKG
 
 logger = logging.getLogger(__name__)
 
-# Free space a node needs for checkpoints (an FSDP checkpoint of a 0.5B model with its
-# optimizer state is about 6 GB; a LoRA one much less).
-MIN_FREE_GB = 10.0
 # How long a cluster may take to answer: an address nobody listens on makes ray.init retry
 # for minutes, so the address is probed first; a node's check task imports torch.
 CONNECT_TIMEOUT_S = 5.0
@@ -125,13 +124,17 @@ def check_tracking(tracking_uri: str | None) -> list[Problem]:
 
 
 def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: RewardTarget,
-                report: dict[str, Any], *, training: bool) -> list[Problem]:
+                report: dict[str, Any], *, training: bool,
+                attention: str = "sdpa") -> list[Problem]:
     """Run a check task on every node of the cluster at ``address``; report per node.
 
     Each task (pinned to its node, shipped our code as verl's workers will be) checks that our
-    package, the reward function and vLLM import, the input paths are readable, the
-    checkpoint folder's disk has room, and the GPUs Ray declares are CUDA devices torch sees.
-    The cluster must offer ``hardware.gpus`` GPUs.
+    package, the reward function, vLLM and the ``attention`` kernel import, the input paths
+    are readable, the checkpoint folder is the same storage as on the other nodes (a file
+    one node writes there, every node reads), the NVIDIA driver is new enough, and the GPUs
+    Ray declares are CUDA devices torch sees; it reports the free disk there, which the
+    preflight checks against the kept checkpoints. The cluster must offer ``hardware.gpus``
+    GPUs.
 
     Only checking (``training=False``), a node whose declared GPUs torch does not see is a
     problem, and a cluster that cannot be reached is reported and skipped (the configuration
@@ -161,15 +164,24 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         return []
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        results = on_each_node(nodes, _node_check, paths, reward.on_workers, reward.name)
-        total_gpus = ray.cluster_resources().get("GPU", 0)
+        # One node writes a token where the checkpoints go; every node must read it back.
+        token = f"{uuid.uuid4().hex}\n"
+        marker = str(Path(paths.train_checkpoints) / f".shared-storage-check-{token[:12]}")
+        written = on_each_node(nodes[:1], _write_marker, marker, token)[0]
+        try:
+            results = on_each_node(nodes, _node_check, paths, reward.on_workers, reward.name,
+                                   attention, marker if written is None else None, token)
+        finally:
+            on_each_node(nodes[:1], _remove_marker, marker)
+        resources = ray.cluster_resources()
+        total_gpus, total_cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     finally:
         if started:
             ray.shutdown()
     for node, result in zip(nodes, results, strict=True):
         result.update(node=node_label(node), declared_gpus=node["Resources"].get("GPU", 0))
     report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
-                         "nodes": results}
+                         "cpus": total_cpus, "nodes": results}
     _log_nodes(address, results)
     problems = []
     if total_gpus < hardware.gpus:
@@ -235,20 +247,50 @@ def _unreachable(address: str) -> str | None:
     return None
 
 
+def _write_marker(marker: str, token: str) -> str | None:
+    """On the first node: the shared-storage token written (None), or why it was not."""
+    try:
+        Path(marker).parent.mkdir(parents=True, exist_ok=True)
+        Path(marker).write_text(token)
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def _remove_marker(marker: str) -> None:
+    Path(marker).unlink(missing_ok=True)
+
+
 def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
+                attention: str = "sdpa", marker: str | None = None, token: str = "",
                 ) -> dict[str, Any]:
     """On one node: everything a verl worker there will need."""
     import importlib.util
-    import shutil
 
     import ray
 
     from rl_pipeline.rewards.scoring import load_reward_function
 
     problems = []
-    for module in ("rl_pipeline", "vllm"):
+    modules = ["rl_pipeline", "vllm"]
+    if attention == "flash_attention_2":  # train.verl.actor_model_attn_implementation
+        modules.append("flash_attn")
+    for module in modules:
         if importlib.util.find_spec(module) is None:
             problems.append(f"{module} importable on this node (it is not)")
+    if marker is None:
+        problems.append(f"train_checkpoints writable at {paths.train_checkpoints} on the "
+                        "first node (it is not)")
+    else:
+        try:
+            same = Path(marker).read_text() == token
+        except OSError:
+            same = False
+        if not same:
+            problems.append(f"train_checkpoints at {paths.train_checkpoints} on storage shared "
+                            f"with the other nodes: the file {Path(marker).name} that the first "
+                            "node wrote there is not here (a node-local folder at the same "
+                            "path would split verl's checkpoint shards across nodes)")
     try:
         load_reward_function(reward_path, reward_name)
     except (OSError, ValueError) as exc:
@@ -256,15 +298,15 @@ def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
     for name, path in paths.items():
         if name != "train_checkpoints" and not os.access(path, os.R_OK):
             problems.append(f"{name} readable at {path} on this node (it is not)")
-    checkpoints = Path(paths.train_checkpoints)
-    existing = next((p for p in (checkpoints, *checkpoints.parents) if p.exists()), None)
-    free_gb = shutil.disk_usage(existing).free / 1e9 if existing else 0.0
-    if free_gb < MIN_FREE_GB:
-        problems.append(f"at least {MIN_FREE_GB:g} GB free for train_checkpoints at "
-                        f"{checkpoints} ({free_gb:.1f} GB)")
+    # The space the kept checkpoints need is checked against this once verl's config is
+    # composed (verl_engine._check_host).
+    free = free_gib(paths.train_checkpoints)
+    driver = driver_version()
+    if problem := driver_problem(driver, "this node"):
+        problems.append(problem)
     return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-            "cuda_devices": cuda_devices(), "free_gb": round(free_gb, 1),
-            "problems": problems}
+            "cuda_devices": cuda_devices(), "free_gib": round(free, 1),
+            "nvidia_driver": driver, "problems": problems}
 
 
 def _log_nodes(address: str, results: list[dict[str, Any]]) -> None:
@@ -274,7 +316,8 @@ def _log_nodes(address: str, results: list[dict[str, Any]]) -> None:
         if r["cuda_devices"] < r["declared_gpus"]:
             found.append("no CUDA device")
         lines.append(f"  {r['node']:<28} {r['host']:<20} GPUs declared {r['declared_gpus']:g}, "
-                     f"CUDA devices {r['cuda_devices']}, {r['free_gb']:g} GB free: "
+                     f"CUDA devices {r['cuda_devices']}, driver {r['nvidia_driver'] or 'none'}, "
+                     f"{r['free_gib']:g} GiB free: "
                      + ("; ".join(found) or "ok"))
     logger.info("Ray cluster at %s, %d node(s):\n%s", address, len(results), "\n".join(lines))
 

@@ -109,6 +109,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("trainer_val_before_train", "trainer.val_before_train"),
     Mapping("trainer_total_epochs", "trainer.total_epochs"),
     Mapping("total_training_steps", "trainer.total_training_steps"),
+    Mapping("trainer_max_actor_ckpt_to_keep", "trainer.max_actor_ckpt_to_keep"),
 )
 # Estimators that verl 0.9.1's v1 trainer cannot run: it calls compute_remax_outcome_advantage
 # without the greedy-rollout reward_baselines that only the legacy trainer (main_ppo_v0,

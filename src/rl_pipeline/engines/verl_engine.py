@@ -62,6 +62,20 @@ from rl_pipeline.engines.verl_failures import (
     WorkerPlacementError,
     explain_worker_failure,
 )
+from rl_pipeline.engines.verl_host import (
+    ModelFacts,
+    check_driver,
+    disk_plan,
+    disk_problem,
+    driver_problem,
+    driver_version,
+    free_gib,
+    local_cpus,
+    memory_plan,
+    memory_problem,
+    ray_cpu_problem,
+    ray_cpus_needed,
+)
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import (
     Hardware,
@@ -128,11 +142,14 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
     hardware = resolve_hardware(verl, gpus_visible if local else max(gpus_visible, 1))
     if local:
+        # An old driver shows as no GPUs at all: say so first, naming both versions.
+        check_driver()
         check_gpus(hardware, gpus_visible, verl.trainer_n_gpus_per_node)
     problems = check_verl(verl, data, hardware, train_prompts=train_rows,
                           gpus_visible=gpus_visible if local else None,
                           ray_address=inputs.ray_address)
-    problems += check_attention(verl)
+    if not inputs.ray_address:  # on a cluster each node checks its own (check_nodes)
+        problems += check_attention(verl)
     paths = WorkerPaths(inputs.train_files, inputs.val_files, inputs.model_path,
                         inputs.checkpoints_dir)
     target = RewardTarget(reward.custom_reward_function.path, reward.custom_reward_function.name)
@@ -153,6 +170,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                                 "device: cpu (it starts its own local Ray)", group="train"))
     if inputs.ray_address and contact_cluster:
         problems += check_nodes(inputs.ray_address, hardware, paths, target, report,
+                                attention=verl.actor_model_attn_implementation,
                                 training=training)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
               "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
@@ -172,6 +190,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
     problems += _check_inputs(config, inputs, reward, target, report)
+    problems += _check_host(verl, config, inputs, report, local=local,
+                            cluster=on_cluster(hardware, inputs.ray_address))
     if not cpu and not any(p.parameter == "base_model" for p in problems):
         # verl reads the model's config to build vLLM's command line
         problems += check_vllm_args(config, verl.overrides, report)
@@ -448,6 +468,88 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
                                                          target.path)
         problems += reward_problems
     return problems
+
+
+def _check_host(verl: VerlParams, config: DictConfig, inputs: LaunchInputs,
+                report: dict[str, Any], *, local: bool, cluster: bool) -> list[Problem]:
+    """The machine's arithmetic (:mod:`rl_pipeline.engines.verl_host`): the driver, Ray's
+    CPUs, the disk for the kept checkpoints, one GPU's memory; each figure in the report."""
+    problems: list[Problem] = []
+    host: dict[str, Any] = {}
+    cpu = verl.device == "cpu"
+    if not cpu and not local:
+        # Only checking: a machine with an NVIDIA driver is likely the one that trains.
+        host["nvidia_driver"] = version = driver_version()
+        if problem := driver_problem(version):
+            problems.append(Problem("nvidia_driver", version, problem, group="machine"))
+    try:
+        steps = planned_steps(config)
+        freq = config.trainer.test_freq
+        host["plan"] = {"steps": steps, "validations": (
+            int(config.trainer.val_before_train)
+            + (steps // freq + (1 if steps % freq else 0) if freq > 0 else 0)),
+            "validation_prompts": _validation_prompts(config)}
+    except (OSError, ValueError):  # the prompts are checked (and named) elsewhere
+        steps = None
+    host["ray_cpus_needed"] = ray_cpus_needed(config)
+    if cluster and report.get("cluster", {}).get("checked"):
+        available = report["cluster"]["cpus"]
+        if problem := ray_cpu_problem(config, available, f"the cluster at {inputs.ray_address}"):
+            problems.append(Problem("ray_address", inputs.ray_address, problem, group="train"))
+    elif local:
+        host["ray_cpus_available"] = available = local_cpus(config)
+        if problem := ray_cpu_problem(config, available, "this machine"):
+            problems.append(Problem("trainer_n_gpus_per_node", verl.trainer_n_gpus_per_node,
+                                    problem))
+    facts = ModelFacts.read(inputs.model_path, config.actor_rollout_ref.model.lora_rank,
+                            config.actor_rollout_ref.model.target_modules)
+    if facts is None:
+        host["model"] = "not read (no config.json and safetensors at base_model)"
+    elif steps is not None:
+        disk = disk_plan(config, facts, steps)
+        host["plan"].update(checkpoints_kept=disk.checkpoints_kept,
+                            checkpoint_gib=round(disk.checkpoint_gib, 3),
+                            disk_gib=round(disk.total_gib, 2))
+        # On a cluster, each node's free space (verl_cluster's check task); else this one's.
+        nodes = report.get("cluster", {}).get("nodes", []) if cluster else []
+        free_by_place = ({f"node {n['node']}": n["free_gib"] for n in nodes} if cluster
+                         else {"this machine": free_gib(inputs.checkpoints_dir)})
+        host["plan"]["free_gib"] = {k: round(v, 1) for k, v in free_by_place.items()}
+        for place, free in free_by_place.items():
+            if problem := disk_problem(disk, f"{inputs.checkpoints_dir} on {place}", free):
+                problems.append(Problem("trainer_max_actor_ckpt_to_keep",
+                                        verl.trainer_max_actor_ckpt_to_keep, problem))
+    gpu_gib = verl.gpu_memory_gib
+    if gpu_gib == "auto":
+        gpu_gib = _local_gpu_gib() if local else None
+    if facts is not None and gpu_gib and not cpu:
+        memory = memory_plan(config, facts, gpu_gib)
+        host["gpu_memory"] = {"gpu_gib": round(gpu_gib, 1), **memory.as_dict()}
+        if problem := memory_problem(memory, gpu_gib):
+            problems.append(Problem("gpu_memory_gib", verl.gpu_memory_gib, problem))
+    else:
+        host["gpu_memory"] = "not checked (train.verl.gpu_memory_gib: auto on a machine that " \
+                             "does not train, or null)"
+    report["host"] = host
+    return problems
+
+
+def _validation_prompts(config: DictConfig) -> int:
+    """The prompts each validation generates for: the val files' rows, capped by
+    ``data.val_max_samples``."""
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _files(config.data.val_files))
+    cap = config.data.get("val_max_samples", -1)
+    return min(rows, cap) if cap and cap > 0 else rows
+
+
+def _local_gpu_gib() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
 
 
 def _first_line(exc: Exception) -> str:

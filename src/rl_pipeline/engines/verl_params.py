@@ -7,7 +7,7 @@ settings from the shared ``data`` group, so they are not repeated here.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -99,6 +99,17 @@ class VerlParams(ParamGroup):
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
     # Ours, not the specs'.
+    trainer_max_actor_ckpt_to_keep: int | None = Field(
+        None, gt=0, description="Checkpoints verl keeps (the newest; null: every one, verl's "
+        "default). A LoRA checkpoint holds the full model state in fp32 plus the optimizer "
+        "state, so each is about 4 bytes per model parameter: preflight checks that the kept "
+        "ones, and merge's copies, fit the free disk.")
+    gpu_memory_gib: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
+        "auto", description="Memory of one GPU, for preflight's estimate of a step's "
+        "worst case (every sequence at the prompt and response caps: vLLM's share, the "
+        "actor's packed micro-batches with their quadratic attention mask, the logits). "
+        "auto: read from the GPU when training on this machine, not checked otherwise; "
+        "null: not checked.")
     device: Literal["cuda", "cpu"] = Field(
         "cuda", description="Where verl's workers run. cuda: GPUs, with the vLLM rollout. cpu: "
         "this machine's CPU, with a transformers rollout (set ENGINE: hf): verl's own trainer, "

@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import os
 import resource
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -69,7 +70,10 @@ class GenerationRun:
 
     generations: list[Generation]
     pid: int
-    peak_memory_mib: float  # GPU memory on a GPU, else the process's peak resident memory
+    # On a GPU the device's peak used memory while generating, every process's (vLLM runs
+    # the model in an engine process of its own, so this process's allocator sees almost
+    # none of it); on a CPU the process's peak resident memory.
+    peak_memory_mib: float
     device: str
 
 
@@ -104,18 +108,57 @@ def _generate_here(model_path: str, conversations: list[Conversation],
                    settings: SamplingSettings, backend: str, batch_size: int, dtype: str,
                    vllm_gpu_memory_utilization: float, label: str) -> GenerationRun:
     gpu = torch.cuda.is_available()
+    with PeakSampler(_device_used_mib if gpu else None) as device:
+        if backend == "vllm":
+            out = generate_vllm(model_path, conversations, settings, dtype,
+                                vllm_gpu_memory_utilization)
+        else:
+            out = HFGenerator(model_path, dtype).generate(conversations, settings, batch_size,
+                                                          label)
     if gpu:
-        torch.cuda.reset_peak_memory_stats()
-    if backend == "vllm":
-        out = generate_vllm(model_path, conversations, settings, dtype,
-                            vllm_gpu_memory_utilization)
-    else:
-        out = HFGenerator(model_path, dtype).generate(conversations, settings, batch_size, label)
-    if gpu:  # vLLM allocates through torch too; its KV cache is sized from the utilisation
-        peak = torch.cuda.max_memory_reserved() / 2**20
+        peak = device.peak
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return GenerationRun(out, os.getpid(), round(peak, 1), "cuda" if gpu else "cpu")
+
+
+def _device_used_mib() -> float:
+    """Memory in use on the current GPU by every process (cudaMemGetInfo), in MiB."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**20
+
+
+class PeakSampler:
+    """The largest value ``read()`` returns while the block runs, sampled on a thread every
+    ``interval_s`` (and once at each end). ``read=None`` samples nothing (``peak`` 0).
+
+    Written by hand: the allocator's own peak (``torch.cuda.max_memory_reserved``) counts
+    this process only, and NVML's per-process figures need the engine's pid.
+    """
+
+    def __init__(self, read: Any, interval_s: float = 0.1) -> None:
+        self.read, self.interval_s, self.peak = read, interval_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, float(self.read()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def __enter__(self) -> PeakSampler:
+        if self.read is not None:
+            self._sample()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.read is not None:
+            self._stop.set()
+            self._thread.join()
+            self._sample()
 
 
 class HFGenerator:

@@ -4,12 +4,13 @@ and ``rl_pipeline.rewards`` (Kedro validates the typed parameter groups before t
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.config import ConfigError, DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import SamplingSettings, generate, pick_backend
@@ -124,6 +125,7 @@ def _for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,
               data: DataParams, reward: RewardParams, train: TrainParams) -> pd.DataFrame:
+    check_eval_machine(params.backend, train.ray_address or os.environ.get("RAY_ADDRESS"))
     scorer = eval_reward(reward)
     memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
                     train.verl.rollout_gpu_memory_utilization)
@@ -135,6 +137,25 @@ def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalPa
     logger.info("%s: generated in process %d, peak %s memory %.0f MiB", label, run.pid,
                 run.device, run.peak_memory_mib)
     return score_generations(prompts, run.generations, label, scorer, sampling.max_new_tokens)
+
+
+def check_eval_machine(backend: str, ray_address: str | None) -> None:
+    """Refuse to fall back to a CPU silently where the training ran on a GPU cluster: eval
+    runs where ``kedro run`` runs, and a cluster's driver may have no GPU.
+
+    Raises:
+        ConfigError: Naming eval.backend, the cluster and the two ways on.
+    """
+    if backend == "auto" and ray_address and pick_backend("auto") == "hf":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"eval.backend='auto': this machine has no CUDA GPU, and the training ran on "
+                f"the Ray cluster at {ray_address} (train.ray_address), so eval would "
+                "generate on this CPU, slowly. Run `kedro run --pipeline eval` on a GPU node "
+                "of the cluster (with the same project folder on shared storage), or set "
+                "eval.backend=hf to generate on this CPU on purpose.")
 
 
 def _settings_for(params: EvalParams, shared: DataParams) -> SamplingSettings:

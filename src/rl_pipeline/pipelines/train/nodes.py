@@ -4,6 +4,7 @@ trains and exports through one interface (:class:`rl_pipeline.engines.base.Engin
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -103,7 +104,8 @@ def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
                train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
                data: DataParams, reward: RewardParams, *, training: bool,
                ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
-    name, why = choose_engine(train.engine, torch.cuda.device_count())
+    name, why = choose_engine(train.engine, torch.cuda.device_count(),
+                              train.ray_address or os.environ.get("RAY_ADDRESS") or None)
     logger.info("Engine: %s (%s)", name, why)
     setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
                                         _root(train_checkpoints_dir), train, data, reward,
