@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,17 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
     catalog["params:data"] = DataParams.model_validate(data or {})
     catalog["params:reward"] = RewardParams()
     return catalog
+
+
+@pytest.fixture
+def old_driver(tmp_path, monkeypatch):
+    """An nvidia-smi on PATH that reports a CUDA 12 driver (R535), as such a box's does
+    (the driver checks of rl_pipeline.engines.verl_host read it)."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n"
+                   'case "$*" in *driver_version*) echo 535.183.01; echo 535.183.01;; '
+                   "*) echo 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0)';; esac\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    return "535.183.01"

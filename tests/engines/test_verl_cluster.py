@@ -155,6 +155,17 @@ def test_a_node_that_does_not_share_the_checkpoint_storage_is_named(shared, tmp_
     assert other["free_gib"] > 0
 
 
+def test_a_node_with_an_old_driver_is_named(shared, old_driver) -> None:
+    from rl_pipeline.engines.verl_cluster import WorkerPaths, _node_check
+
+    paths = WorkerPaths(str(shared / "train.parquet"), str(shared / "val.parquet"),
+                        str(shared / "model"), str(shared / "checkpoints"))
+    result = _node_check(paths, None, "compute_score", "sdpa", None, "")
+    assert result["nvidia_driver"] == old_driver
+    (problem,) = [p for p in result["problems"] if "driver" in p]
+    assert f"the NVIDIA driver on this node is {old_driver}" in problem and "R580" in problem
+
+
 def test_the_attention_kernel_is_checked_on_each_node(shared) -> None:
     from rl_pipeline.engines.verl_cluster import WorkerPaths, _node_check
 

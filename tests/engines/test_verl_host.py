@@ -5,9 +5,6 @@ a real (tiny) model folder; a stand-in nvidia-smi plays an old driver."""
 
 from __future__ import annotations
 
-import os
-import stat
-
 import pytest
 
 from rl_pipeline.config import DataParams, RewardParams
@@ -37,19 +34,6 @@ def _problems(inputs, **kwargs) -> dict[str, str]:  # noqa: F811
     with pytest.raises(PreflightError) as err:
         _plan(inputs, **kwargs)
     return {f"{p.group}.{p.parameter}": p.allowed for p in err.value.problems}
-
-
-@pytest.fixture
-def old_driver(tmp_path, monkeypatch):
-    """An nvidia-smi on PATH that reports a CUDA 12 driver (R535), as such a box's does."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\n"
-                   'case "$*" in *driver_version*) echo 535.183.01; echo 535.183.01;; '
-                   "*) echo 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0)';; esac\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
-    return "535.183.01"
 
 
 def test_an_old_driver_stops_training_naming_both_versions(inputs, old_driver) -> None:  # noqa: F811
