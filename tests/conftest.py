@@ -201,3 +201,18 @@ def old_driver(tmp_path, monkeypatch):
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
     return "535.183.01"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_model_dir):
+    """What the catalog hands verl, for the tiny model: prompt files, the model, a checkpoint
+    folder and a SQLite tracking store (rl_pipeline.engines.verl_config.LaunchInputs)."""
+    from rl_pipeline.engines.verl_config import LaunchInputs
+    from tests.verl_inputs import verl_prompts
+
+    root = tmp_path_factory.mktemp("verl_inputs")
+    return LaunchInputs(train_files=verl_prompts(root / "train.parquet", 16, "train"),
+                        val_files=verl_prompts(root / "val.parquet", 6, "test"),
+                        model_path=str(tiny_model_dir),
+                        checkpoints_dir=str(root / "checkpoints"),
+                        tracking_uri=f"sqlite:///{root}/mlflow.db")

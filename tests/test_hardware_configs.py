@@ -23,7 +23,6 @@ from rl_pipeline.engines.verl_preflight import Hardware, PreflightError
 from rl_pipeline.hooks import WholeConfigurationHook
 from rl_pipeline.settings import CONFIG_LOADER_ARGS
 from tests.conftest import PROJECT_ROOT
-from tests.engines.test_verl_engine import inputs  # noqa: F401  (the tiny model and prompts)
 
 # Each environment: the GPUs its machine shows, and the hardware verl must resolve there.
 ENVIRONMENTS = {"smoke": (1, Hardware(gpus_per_node=1, nnodes=1, tensor_parallel=1)),
@@ -50,7 +49,7 @@ def _tracking_uri(loader: OmegaConfigLoader) -> str | None:
 
 
 @pytest.fixture
-def in_project(tmp_path, monkeypatch, inputs) -> Path:  # noqa: F811
+def in_project(tmp_path, monkeypatch, inputs) -> Path:
     """A stand-in project folder, the working directory of `kedro run`, whose data/ links to
     the folder holding the tiny model and prompts: data/ on shared storage, as multinode's
     train.shared_root (data) expects it."""
@@ -63,7 +62,7 @@ def in_project(tmp_path, monkeypatch, inputs) -> Path:  # noqa: F811
     return project
 
 
-def _plan(env: str, inputs: LaunchInputs) -> Any:  # noqa: F811
+def _plan(env: str, inputs: LaunchInputs) -> Any:
     loader = _loader(env)
     params = loader["parameters"]
     # The whole-configuration check every `kedro run` makes: each group, and the followers.
@@ -82,7 +81,7 @@ def _plan(env: str, inputs: LaunchInputs) -> Any:  # noqa: F811
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
-def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,  # noqa: F811
+def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,
                                                             in_project) -> None:
     plan = _plan(env, inputs)
     assert plan.hardware == ENVIRONMENTS[env][1]
@@ -99,7 +98,7 @@ def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,  # noqa
             TRACKING_SERVER
 
 
-def test_multinode_refuses_to_start_without_a_tracking_server(inputs, in_project,  # noqa: F811
+def test_multinode_refuses_to_start_without_a_tracking_server(inputs, in_project,
                                                               monkeypatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     with pytest.raises(PreflightError) as err:

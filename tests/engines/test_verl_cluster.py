@@ -14,7 +14,7 @@ from rl_pipeline.engines.verl_config import LaunchInputs
 from rl_pipeline.engines.verl_engine import plan_verl
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import PreflightError
-from tests.engines.test_verl_engine import SMALL, _prompts
+from tests.verl_inputs import SMALL, verl_prompts
 
 TWO_NODES = {**SMALL, "trainer_nnodes": 2, "trainer_n_gpus_per_node": 1}
 
@@ -24,8 +24,8 @@ def shared(tmp_path_factory, tiny_model_dir) -> Path:
     """A 'shared' root holding real copies of everything the workers use."""
     root = tmp_path_factory.mktemp("shared")
     shutil.copytree(tiny_model_dir, root / "model")
-    _prompts(root / "train.parquet", 16, "train")
-    _prompts(root / "val.parquet", 6, "test")
+    verl_prompts(root / "train.parquet", 16, "train")
+    verl_prompts(root / "val.parquet", 6, "test")
     return root
 
 

@@ -33,8 +33,8 @@ from rl_pipeline.engines.verl_rollout_check import (
     check_rollout_policy,
 )
 from tests.conftest import PROJECT_ROOT
-from tests.engines.test_verl_engine import SMALL, _prompts, inputs  # noqa: F401 (a fixture)
 from tests.engines.verl_cpu_job import CPU_VERL
+from tests.verl_inputs import SMALL, verl_prompts
 
 # A reward that varies within each group of a random model's answers: longer pays more.
 LENGTH_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -55,7 +55,7 @@ def test_the_verl_internals_the_cpu_mode_leans_on_are_where_it_expects() -> None
     assert get_rollout_replica_class("hf") is verl_cpu.HFReplica
 
 
-def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:  # noqa: F811
+def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
     bad = VerlParams(**{**SMALL, "device": "cpu", "ENGINE": "vllm", "trainer_nnodes": 2,
                         "algorithm_adv_estimator": "gae", "actor_model_lora_rank": 0,
                         "rollout_tensor_model_parallel_size": 2})
@@ -77,7 +77,7 @@ def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:  # 
 
 
 def test_a_log_prob_micro_batch_that_does_not_divide_each_gpus_share_is_refused(
-        inputs) -> None:  # noqa: F811
+        inputs) -> None:
     """verl asserts it only after the first rollout (workers/engine/utils.py): found by the
     first CPU run, where 4 prompts x 4 samples met the spec's micro-batch of 20."""
     verl = VerlParams(**{**CPU_VERL, "rollout_log_prob_micro_batch_size_per_gpu": 20,
@@ -120,8 +120,8 @@ def cpu_bed(tmp_path_factory, tiny_model_dir) -> dict:
     (root / "reward.py").write_text(LENGTH_REWARD)
     uri = f"sqlite:///{root}/mlflow.db"
     return {"root": root, "tracking_uri": uri, "model_path": str(tiny_model_dir),
-            "train_files": _prompts(root / "train.parquet", 16, "train"),
-            "val_files": _prompts(root / "val.parquet", 6, "test"),
+            "train_files": verl_prompts(root / "train.parquet", 16, "train"),
+            "val_files": verl_prompts(root / "val.parquet", 6, "test"),
             "reward": {"path": str(root / "reward.py"), "name": "score"}}
 
 

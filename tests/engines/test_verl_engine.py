@@ -6,43 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
-from rl_pipeline.data.prompts import to_verl_frame
+from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.verl_config import LaunchInputs
 from rl_pipeline.engines.verl_engine import export_adapter, plan_verl, tracking_uri_for_workers
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import GPUsNeededError, PreflightError
-from tests.conftest import read_gsm8k
-
-# A configuration a one-GPU machine can run, for the tiny parquet files below.
-SMALL = {"data_train_batch_size": 8, "actor_ppo_mini_batch_size": 8,
-         "actor_rft_mini_batch_size": 8, "actor_ppo_micro_batch_size_per_gpu": 4,
-         "actor_rft_micro_batch_size_per_gpu": 4, "trainer_n_gpus_per_node": 1,
-         "rollout_tensor_model_parallel_size": 1}
-
-
-def _prompts(path: Path, n: int, split: str) -> str:
-    records = read_gsm8k(n=n)
-    work = pd.DataFrame({"question": [r["question"] for r in records],
-                         "answer": [r["answer"] for r in records],
-                         "ground_truth": [r["answer"].split("#### ")[-1] for r in records]})
-    to_verl_frame(work, DataPrepParams(), split, "images").to_parquet(path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory, tiny_model_dir) -> LaunchInputs:
-    root = tmp_path_factory.mktemp("verl_inputs")
-    return LaunchInputs(train_files=_prompts(root / "train.parquet", 16, "train"),
-                        val_files=_prompts(root / "val.parquet", 6, "test"),
-                        model_path=str(tiny_model_dir),
-                        checkpoints_dir=str(root / "checkpoints"),
-                        tracking_uri=f"sqlite:///{root}/mlflow.db")
+from tests.verl_inputs import SMALL
 
 
 def _plan(inputs, verl=None, reward=None, **kwargs):

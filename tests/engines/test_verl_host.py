@@ -21,22 +21,22 @@ from rl_pipeline.engines.verl_host import (
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import PreflightError
-from tests.engines.test_verl_engine import SMALL, inputs  # noqa: F401 (a fixture)
+from tests.verl_inputs import SMALL
 
 
-def _plan(inputs, training: bool = False, gpus: int = 0, data: DataParams | None = None,  # noqa: F811
+def _plan(inputs, training: bool = False, gpus: int = 0, data: DataParams | None = None,
           **verl):
     return plan_verl(VerlParams(**{**SMALL, **verl}), data or DataParams(), RewardParams(),
                      inputs, gpus_visible=gpus, training=training, train_rows=16)
 
 
-def _problems(inputs, **kwargs) -> dict[str, str]:  # noqa: F811
+def _problems(inputs, **kwargs) -> dict[str, str]:
     with pytest.raises(PreflightError) as err:
         _plan(inputs, **kwargs)
     return {f"{p.group}.{p.parameter}": p.allowed for p in err.value.problems}
 
 
-def test_an_old_driver_stops_training_naming_both_versions(inputs, old_driver) -> None:  # noqa: F811
+def test_an_old_driver_stops_training_naming_both_versions(inputs, old_driver) -> None:
     # torch sees no GPU under a CUDA 12 driver: the driver is named, not "0 GPUs".
     with pytest.raises(DriverError) as err:
         _plan(inputs, training=True, gpus=0)
@@ -45,19 +45,19 @@ def test_an_old_driver_stops_training_naming_both_versions(inputs, old_driver) -
     assert "libcudart.so.13" in message and "train.engine: trl" in message
 
 
-def test_checking_on_a_machine_with_an_old_driver_lists_it(inputs, old_driver) -> None:  # noqa: F811
+def test_checking_on_a_machine_with_an_old_driver_lists_it(inputs, old_driver) -> None:
     problems = _problems(inputs)
     assert old_driver in problems["machine.nvidia_driver"]
     assert "R580 or newer" in problems["machine.nvidia_driver"]
 
 
-def test_a_machine_without_a_driver_is_not_refused_for_it(inputs, monkeypatch) -> None:  # noqa: F811
+def test_a_machine_without_a_driver_is_not_refused_for_it(inputs, monkeypatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     plan = _plan(inputs)
     assert plan.report["host"]["nvidia_driver"] is None
 
 
-def test_too_few_cpus_for_verls_placement_are_refused_with_the_count(inputs) -> None:  # noqa: F811
+def test_too_few_cpus_for_verls_placement_are_refused_with_the_count(inputs) -> None:
     # Training here on one (declared) GPU: verl's local Ray gets this machine's CPUs.
     problems = _problems(inputs, training=True, gpus=1)
     config = compose_verl_config(["trainer.n_gpus_per_node=1"])
@@ -70,7 +70,7 @@ def test_too_few_cpus_for_verls_placement_are_refused_with_the_count(inputs) -> 
     assert "num_data_storage_units=1" in message  # what to change
 
 
-def test_fewer_storage_units_fit_and_the_count_is_reported(inputs) -> None:  # noqa: F811
+def test_fewer_storage_units_fit_and_the_count_is_reported(inputs) -> None:
     units = ["transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
              "ray_kwargs.ray_init.num_cpus=6"]
     with pytest.raises(PreflightError) as err:  # vLLM is not installed here: refused for it
@@ -80,7 +80,7 @@ def test_fewer_storage_units_fit_and_the_count_is_reported(inputs) -> None:  # n
     assert plan.report["host"]["ray_cpus_needed"] == 6
 
 
-def test_a_disk_too_small_for_the_kept_checkpoints_is_refused(inputs, monkeypatch) -> None:  # noqa: F811
+def test_a_disk_too_small_for_the_kept_checkpoints_is_refused(inputs, monkeypatch) -> None:
     plan = _plan(inputs, total_training_steps=10, trainer_save_freq=2)
     facts = ModelFacts.read(inputs.model_path, 64, "all-linear")
     expected = disk_plan(plan.config, facts, 10)
@@ -103,7 +103,7 @@ def test_a_disk_too_small_for_the_kept_checkpoints_is_refused(inputs, monkeypatc
     assert kept.report["host"]["plan"]["checkpoints_kept"] == 1
 
 
-def test_a_packed_micro_batch_that_cannot_fit_the_gpu_is_refused(inputs) -> None:  # noqa: F811
+def test_a_packed_micro_batch_that_cannot_fit_the_gpu_is_refused(inputs) -> None:
     # 40 sequences (a GPU's whole share: 8 prompts x 5) of 1024 + 2048 tokens packed into one
     # row: 122,880 tokens, whose dense attention mask alone is 3 bytes x 122,880^2 = 42 GiB.
     micro = {"rollout_log_prob_micro_batch_size_per_gpu": 40,
@@ -126,7 +126,7 @@ def test_a_packed_micro_batch_that_cannot_fit_the_gpu_is_refused(inputs) -> None
     assert half.log_prob_gib == pytest.approx(logits / 2 + mask / 4, abs=0.01)
 
 
-def test_the_model_facts_come_from_the_model_files(inputs) -> None:  # noqa: F811
+def test_the_model_facts_come_from_the_model_files(inputs) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(inputs.model_path)

@@ -19,19 +19,22 @@ import pytest
 from rl_pipeline.config import DataParams, RewardParams
 from rl_pipeline.engines.verl_engine import WorkerPlacementError, plan_verl, train_verl
 from rl_pipeline.engines.verl_params import VerlParams
-from tests.engines.test_verl_engine import SMALL, inputs  # noqa: F401 (a fixture)
+from tests.verl_inputs import SMALL
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
 
-# verl's default TransferQueue layout (8 storage actors) would take the CPUs first.
-LOCAL_RAY = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4",
+# verl's default TransferQueue layout (8 storage actors) would take the CPUs first. A Ray of
+# its own: ray.init() would join the last `ray start`-style cluster on this machine (the
+# head of tests/gpu_boundary/test_ray_cluster_run.py leaves its address in Ray's temp dir).
+LOCAL_RAY = ["+ray_kwargs.ray_init.address=local",
+             "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4",
              "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
              "trainer.val_before_train=false", "+ray_kwargs.ray_init.include_dashboard=false"]
 TIMEOUT_S = 5
 
 
 def test_workers_ray_cannot_place_stop_the_run_in_bounded_time_and_ray_is_shut_down(
-        inputs) -> None:  # noqa: F811
+        inputs) -> None:
     import ray
 
     verl = VerlParams(**{**SMALL, "actor_model_lora_rank": 0, "trainer_total_epochs": 1})

@@ -14,7 +14,7 @@ from rl_pipeline.engines.verl_engine import plan_verl
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import PreflightError
 from rl_pipeline.engines.vllm_args import VLLM_VERSION, build_server_args, parser_path, vllm_source
-from tests.engines.test_verl_engine import SMALL, inputs  # noqa: F401 (a fixture)
+from tests.verl_inputs import SMALL
 
 pytestmark = pytest.mark.gpu_boundary
 
@@ -25,7 +25,7 @@ def vllm_importable() -> None:
         f"{parser_path()}: run `make vllm-parser` (make test does)"
 
 
-def _args(inputs, **verl):  # noqa: F811
+def _args(inputs, **verl):
     plan = plan_verl(VerlParams(**{**SMALL, **verl}), DataParams(), RewardParams(), inputs,
                      gpus_visible=0, training=False, train_rows=16)
     return plan, build_server_args(plan.config)
@@ -42,7 +42,7 @@ def _value(argv: list[str], flag: str) -> str:
     pytest.param({"trainer_n_gpus_per_node": 2, "rollout_tensor_model_parallel_size": 2},
                  id="tensor-parallel-2"),
 ])
-def test_vllm_parses_every_argument_verl_builds(inputs, setting) -> None:  # noqa: F811
+def test_vllm_parses_every_argument_verl_builds(inputs, setting) -> None:
     plan, built = _args(inputs, **setting)
     assert built.vllm == VLLM_VERSION
     assert built.error is None and built.unrecognized == [], built
@@ -59,7 +59,7 @@ def test_vllm_parses_every_argument_verl_builds(inputs, setting) -> None:  # noq
         assert _value(argv, "--max_lora_rank") == str(rank)
 
 
-def test_the_old_engine_kwarg_is_one_vllm_rejects(inputs) -> None:  # noqa: F811
+def test_the_old_engine_kwarg_is_one_vllm_rejects(inputs) -> None:
     """What the spec name used to become: vLLM 0.24's parser exits 2 on it."""
     old = "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=true"
     plan = plan_verl(VerlParams(**SMALL), DataParams(), RewardParams(), inputs,
@@ -71,7 +71,7 @@ def test_the_old_engine_kwarg_is_one_vllm_rejects(inputs) -> None:  # noqa: F811
     assert "exited with status 2" in built.error
 
 
-def test_preflight_names_rejected_kwargs_and_missing_attention_together(inputs) -> None:  # noqa: F811
+def test_preflight_names_rejected_kwargs_and_missing_attention_together(inputs) -> None:
     verl = VerlParams(**SMALL, actor_model_attn_implementation="flash_attention_2", overrides=[
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=true",
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.no_such_flag=3"])

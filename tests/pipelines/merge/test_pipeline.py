@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
 from rl_pipeline.models.resolve import resolve_model
 from rl_pipeline.testing import train_tiny_lora
-from tests.test_run import kedro_run, make_project, mlflow_runs
+from tests.projects import kedro_run, make_project, mlflow_runs
 
 pytestmark = pytest.mark.slow
 
