@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 
 from bench_cpu_run import scratch_project
@@ -83,12 +84,43 @@ def run(log: Path) -> dict:
             for m in client.get_metric_history(summary["mlflow_run_id"], key):
                 steps.setdefault(m.step, {})[key] = m.value
         merge = json.loads((reports / "merge_metadata.json").read_text())
+        (table,) = project.glob("data/07_model_output/eval_generations.parquet/*/*.parquet")
+        scored = pd.read_parquet(table)  # one row per model and sample
+        keys = ["prompt_index", "sample_index"]
+        side_by_side = scored[scored.model == "base"].merge(
+            scored[scored.model == "trained"].drop(columns=["prompt", "ground_truth"]),
+            on=keys, suffixes=("_base", "_trained"))
+        gains = strict_gains(side_by_side)
         return {"seconds": seconds, "peak_gib": memory.peak / 2**30, "steps": steps,
                 "train_seconds": summary["seconds"], "verdict": verdict,
                 "merge_passed": merge["verification"]["passed"],
                 "rollout_policy": summary.get("rollout_policy", {}),
+                "gains": gains,
                 **{key: (metrics["base"].get(key), metrics["trained"].get(key))
                    for key in ("strict_accuracy", "flexible_accuracy", "strict_format_rate")}}
+
+
+def strict_gains(table: pd.DataFrame) -> dict:
+    """Where strict accuracy moved, prompt by prompt (``table``: eval's scored generations,
+    base and trained side by side, columns suffixed ``_base`` and ``_trained``): a gain
+    whose base answer already ended in the right number (flexible right) is the '#### n'
+    format learned; one whose base number was wrong is a sum the trained model got right.
+    Three quoted examples of each."""
+    up = table[(table.strict_base == 0) & (table.strict_trained == 1)]
+    down = table[(table.strict_base == 1) & (table.strict_trained == 0)]
+    kinds = {"format": up[up.flexible_base == 1], "sum": up[up.flexible_base == 0],
+             "lost": down}
+
+    def question(prompt) -> str:
+        last = prompt[-1]["content"] if not isinstance(prompt, str) else prompt
+        return last.split("?")[0] + "?"
+
+    def quote(rows: pd.DataFrame) -> list[str]:
+        return [f"{question(r.prompt)} (truth {r.ground_truth}): base "
+                f"`{r.response_base!r}` -> trained `{r.response_trained!r}`"
+                for r in rows.head(3).itertuples()]
+
+    return {k: {"count": len(v), "examples": quote(v)} for k, v in kinds.items()}
 
 
 def section(r: dict) -> str:
@@ -124,7 +156,13 @@ def section(r: dict) -> str:
         + ("Most of the strict gain is the answer format adopted, not sums got right: the "
            "verdict's 'learned' is the format. " if format_only else "")
         + "Four steps with 8 samples each are a check of the path, not a training run: "
-        "read the verdict as one measurement of one run.", "", *rows, ""])
+        "read the verdict as one measurement of one run.",
+        f"- where strict accuracy moved (prompt by prompt): {r['gains']['format']['count']} "
+        "gains are the format only (the base answer already ended in the right number, the "
+        f"trained one adds '#### n'), {r['gains']['sum']['count']} are sums the base got "
+        f"wrong and the trained model right, {r['gains']['lost']['count']} were lost:",
+        *[f"  - {kind}: {example}" for kind in ("format", "sum", "lost")
+          for example in r["gains"][kind]["examples"]], "", *rows, ""])
 
 
 def main() -> None:
