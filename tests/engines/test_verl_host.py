@@ -139,3 +139,26 @@ def test_the_model_facts_come_from_the_model_files(inputs) -> None:
     peft = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
     trainable, _ = peft.get_nb_trainable_parameters()
     assert facts.lora_parameters == trainable
+
+
+def test_a_ray_cluster_with_too_few_cpus_is_refused_with_the_count(inputs) -> None:
+    """The cluster's CPUs as check_nodes reports them (ray.cluster_resources), against
+    verl's placement for 2 nodes x 4 GPUs: 3 x 8 + 1 + 8 + 1 = 34."""
+    from dataclasses import replace
+
+    from rl_pipeline.engines.verl_engine import _check_host
+
+    on_cluster = replace(inputs, ray_address="ray://head:10001")
+    verl = VerlParams(**{**SMALL, "trainer_nnodes": 2, "trainer_n_gpus_per_node": 4})
+    config = compose_verl_config(["trainer.nnodes=2", "trainer.n_gpus_per_node=4",
+                                  f"data.train_files={inputs.train_files}",
+                                  f"data.val_files={inputs.val_files}"])
+    cluster = {"checked": True, "cpus": 32.0, "nodes": []}
+    problems = _check_host(verl, config, on_cluster, {"cluster": cluster}, local=False,
+                           cluster=True)
+    (problem,) = [p for p in problems if p.parameter == "ray_address"]
+    assert "at least 34 CPUs on Ray for verl's placement" in problem.allowed
+    assert "the cluster at ray://head:10001 has 32" in problem.allowed
+    assert not [p for p in _check_host(verl, config, on_cluster,
+                                       {"cluster": {**cluster, "cpus": 34.0}}, local=False,
+                                       cluster=True) if p.parameter == "ray_address"]
