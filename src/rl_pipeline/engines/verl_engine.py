@@ -75,6 +75,7 @@ from rl_pipeline.engines.verl_host import (
     memory_problem,
     ray_cpu_problem,
     ray_cpus_needed,
+    times_in,
 )
 from rl_pipeline.engines.verl_params import VerlParams
 from rl_pipeline.engines.verl_preflight import (
@@ -484,11 +485,9 @@ def _check_host(verl: VerlParams, config: DictConfig, inputs: LaunchInputs,
             problems.append(Problem("nvidia_driver", version, problem, group="machine"))
     try:
         steps = planned_steps(config)
-        freq = config.trainer.test_freq
-        host["plan"] = {"steps": steps, "validations": (
-            int(config.trainer.val_before_train)
-            + (steps // freq + (1 if steps % freq else 0) if freq > 0 else 0)),
-            "validation_prompts": _validation_prompts(config)}
+        host["plan"] = {"steps": steps, "validations": int(config.trainer.val_before_train)
+                        + times_in(steps, config.trainer.test_freq),
+                        "validation_prompts": _validation_prompts(config)}
     except (OSError, ValueError):  # the prompts are checked (and named) elsewhere
         steps = None
     host["ray_cpus_needed"] = ray_cpus_needed(config)

@@ -211,12 +211,17 @@ def disk_plan(config: DictConfig, facts: ModelFacts, planned_steps: int) -> Disk
         size += 8 * trainable
     if "hf_model" in contents:
         size += facts.bytes_on_disk
-    freq = config.trainer.save_freq
-    saves = 0 if freq <= 0 else planned_steps // freq + (1 if planned_steps % freq else 0)
+    saves = times_in(planned_steps, config.trainer.save_freq)
     keep = config.trainer.get("max_actor_ckpt_to_keep")
     kept = min(saves, keep) if keep else saves
     return DiskPlan(checkpoint_gib=size / GiB, checkpoints_kept=kept,
                     merge_gib=MERGE_COPIES * facts.bytes_on_disk / GiB, lora_only=lora_only)
+
+
+def times_in(steps: int, freq: int) -> int:
+    """How often verl does what it does every ``freq`` steps (and at the last step) in a run
+    of ``steps``: checkpoints (save_freq), validations (test_freq); never at -1."""
+    return 0 if freq <= 0 else -(-steps // freq)
 
 
 def disk_problem(plan: DiskPlan, folder: str, free_gib: float) -> str | None:
