@@ -29,9 +29,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from rl_pipeline.config import DataPrepParams
 from rl_pipeline.data.lengths import count_tokens, render_prompts, scan_lengths
 from rl_pipeline.data.prompts import chat_messages
+from rl_pipeline.params import DataPrepParams
 from rl_pipeline.testing import build_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

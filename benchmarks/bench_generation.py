@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from bench_data_prep import machine, write_section
-from rl_pipeline.config import DataPrepParams
 from rl_pipeline.data.prompts import chat_messages
 from rl_pipeline.evaluation.generate import HFGenerator, SamplingSettings
 from rl_pipeline.models.resolve import resolve_model
+from rl_pipeline.params import DataPrepParams
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF = ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -8,8 +8,8 @@ Sources: the three component specs' parameters (name, type, default, enum) as
 ``docs/reference/spec_parameters.yaml`` records them (made from the spec documents by
 ``scripts/extract_spec_parameters.py``), the parameter models (``VerlParams``,
 ``TrlParams``, ``DataParams``, ``DataPrepParams``, ``TrainParams``), the spec -> engine
-tables (:data:`rl_pipeline.engines.verl_config.MAPPING`,
-:data:`rl_pipeline.engines.trl_config.MAPPING`), ``conf/base/catalog.yml`` and
+tables (:data:`rl_pipeline.engines.verl.config.MAPPING`,
+:data:`rl_pipeline.engines.trl.config.MAPPING`), ``conf/base/catalog.yml`` and
 :data:`EQUIVALENTS`, the parameters of one engine that mean the same as one of the other's.
 ``tests/engines/test_param_reference.py`` checks all of it and that the committed
 ``docs/parameters.md`` is current.
@@ -26,11 +26,12 @@ from typing import Any
 
 import yaml
 
-from rl_pipeline.config import FOLLOWERS, DataParams, DataPrepParams, ParamGroup
-from rl_pipeline.engines import trl_config, verl_config
-from rl_pipeline.engines.train_params import TrainParams
-from rl_pipeline.engines.trl_params import TrlParams
-from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.trl import config as trl_config
+from rl_pipeline.engines.verl import config as verl_config
+from rl_pipeline.params import FOLLOWERS, DataParams, DataPrepParams, ParamGroup
+from rl_pipeline.params.train import TrainParams
+from rl_pipeline.params.trl import TrlParams
+from rl_pipeline.params.verl import VerlParams
 
 REPO = Path(__file__).resolve().parents[1]  # scripts/ -> the repository
 SPEC_PARAMETERS = REPO / "docs" / "reference" / "spec_parameters.yaml"
@@ -325,7 +326,7 @@ def _ours_section() -> list[str]:
     lines = ["## Our own parameters", "",
              "Parameters of ours that no spec names (their descriptions come from the "
              "parameter models). The other groups (`data_prep`, `reward`, `eval`, `merge`) "
-             "are described in `src/rl_pipeline/config.py`.", "",
+             "are described in `src/rl_pipeline/params/`.", "",
              "| parameter | default | description | sets | = |",
              "| --- | --- | --- | --- | --- |"]
     rows: list[tuple[str, str, Any, str, str]] = []
@@ -434,7 +435,7 @@ def _notes(spec: Spec, name: str, default: Any) -> str:
         ours = _default(model.model_fields[name])
         if f"{prefix}.{name}" in _OWNERS:
             notes.append("one owner for one setting: null takes the owner's value, another "
-                         "value is refused (`FOLLOWERS` in `src/rl_pipeline/config.py`)")
+                         "value is refused (`FOLLOWERS` in `src/rl_pipeline/params/base.py`)")
         elif not same_default(default, ours):
             notes.append(_why_different(spec, name, ours))
     return "; ".join(notes) or "-"

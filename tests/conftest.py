@@ -20,7 +20,7 @@ SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.
 _SESSION_FOLDERS: dict[str, Path] = {}
 # Modules that start Ray clusters, verl's own trainer or a Ray-placed driver: run one at a
 # time, on one pytest-xdist worker, so that two clusters never compete for 2 cores.
-RAY_MODULES = {"tests/engines/test_verl_cpu.py", "tests/engines/test_verl_cluster.py",
+RAY_MODULES = {"tests/engines/verl/test_cpu.py", "tests/engines/verl/test_cluster.py",
                "tests/gpu_boundary/test_ray_cluster_run.py",
                "tests/gpu_boundary/test_verl_driver.py"}
 
@@ -139,8 +139,8 @@ def gsm8k_prompts(n: int, split: str = "train", path: Path = GSM8K_TRAIN):
     """The first ``n`` GSM8K records as prompt rows in verl's schema (what data_prep writes)."""
     import pandas as pd
 
-    from rl_pipeline.config import DataPrepParams
     from rl_pipeline.data.prompts import to_verl_frame
+    from rl_pipeline.params import DataPrepParams
 
     records = read_gsm8k(path, n=n)
     work = pd.DataFrame({"question": [r["question"] for r in records],
@@ -169,8 +169,8 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
     prompts, the model, and the groups as Kedro would hand them (typed, validated)."""
     from kedro.io import DataCatalog, MemoryDataset
 
-    from rl_pipeline.config import DataParams, RewardParams
-    from rl_pipeline.engines.train_params import TrainParams
+    from rl_pipeline.params import DataParams, RewardParams
+    from rl_pipeline.params.train import TrainParams
 
     train_frame, val_frame = gsm8k_prompts(rows), gsm8k_prompts(4, "test", GSM8K_TEST)
     train_frame.to_parquet(folder / "train.parquet")
@@ -192,7 +192,7 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
 @pytest.fixture
 def old_driver(tmp_path, monkeypatch):
     """An nvidia-smi on PATH that reports a CUDA 12 driver (R535), as such a box's does
-    (the driver checks of rl_pipeline.engines.verl_host read it)."""
+    (the driver checks of rl_pipeline.engines.verl.host read it)."""
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
     smi.write_text("#!/bin/sh\n"
@@ -206,8 +206,8 @@ def old_driver(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model_dir):
     """What the catalog hands verl, for the tiny model: prompt files, the model, a checkpoint
-    folder and a SQLite tracking store (rl_pipeline.engines.verl_config.LaunchInputs)."""
-    from rl_pipeline.engines.verl_config import LaunchInputs
+    folder and a SQLite tracking store (rl_pipeline.engines.verl.config.LaunchInputs)."""
+    from rl_pipeline.engines.verl.config import LaunchInputs
     from tests.verl_inputs import verl_prompts
 
     root = tmp_path_factory.mktemp("verl_inputs")

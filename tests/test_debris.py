@@ -26,11 +26,11 @@ def test_sweep_removes_only_what_dead_writers_of_this_host_left(tmp_path, dead_p
     dead = {version / f".train_prompts.parquet.{HOST_ID}-{dead_pid}-0123abcd.partial",
             data / f"06_models/resolved/.model.{HOST_ID}-{dead_pid}-89abcdef.partial/config.json",
             scratch / f".merge-{HOST_ID}-{dead_pid}-x1y2z3/model.safetensors",
-            data / f"06_models/.lora-adapter-{HOST_ID}-{dead_pid}-q/adapter_config.json"}
+            data / f"06_models/.training-result-{HOST_ID}-{dead_pid}-q/adapter_config.json"}
     kept = {staging_path(version / "val_prompts.parquet"),  # this process: a save in progress
             version / f".train_prompts.parquet.0badc0de-{dead_pid}-0123abcd.partial",  # other host
             version / ".notes.partial",  # not ours
-            scratch / f".lora-adapter-{HOST_ID}-{os.getpid()}-abc/adapter_config.json",
+            scratch / f".training-result-{HOST_ID}-{os.getpid()}-abc/adapter_config.json",
             data / ".merge-notes/x"}  # no owner
     for path in dead | kept:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,7 +40,7 @@ def test_sweep_removes_only_what_dead_writers_of_this_host_left(tmp_path, dead_p
     assert {p.name for p in removed} == {
         f".train_prompts.parquet.{HOST_ID}-{dead_pid}-0123abcd.partial",
         f".model.{HOST_ID}-{dead_pid}-89abcdef.partial", f".merge-{HOST_ID}-{dead_pid}-x1y2z3",
-        f".lora-adapter-{HOST_ID}-{dead_pid}-q"}
+        f".training-result-{HOST_ID}-{dead_pid}-q"}
     assert not any(p.exists() for p in dead)
     assert all(p.exists() for p in kept)
     assert (version / "train_prompts.parquet").read_text() == "saved"

@@ -15,12 +15,13 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import AbstractDataset
 from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.train_params import TrainParams
-from rl_pipeline.engines.verl_config import LaunchInputs
-from rl_pipeline.engines.verl_engine import plan_verl, tracking_uri_for_workers
-from rl_pipeline.engines.verl_preflight import Hardware, PreflightError
+from rl_pipeline.engines.problems import PreflightError
+from rl_pipeline.engines.verl.config import LaunchInputs
+from rl_pipeline.engines.verl.engine import plan_verl, tracking_uri_for_workers
+from rl_pipeline.engines.verl.preflight import Hardware
 from rl_pipeline.hooks import WholeConfigurationHook
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.train import TrainParams
 from rl_pipeline.settings import CONFIG_LOADER_ARGS
 from tests.conftest import PROJECT_ROOT
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kedro.config import OmegaConfigLoader
 
-from rl_pipeline.config import (
+from rl_pipeline.params import (
     FOLLOWERS,
     ConfigError,
     DataParams,
@@ -16,7 +16,7 @@ from rl_pipeline.config import (
     cross_group_problems,
     disagreeing_followers,
 )
-from rl_pipeline.hooks import PARAMETER_GROUPS as GROUPS
+from rl_pipeline.params import PARAMETER_GROUPS as GROUPS
 from tests.conftest import PROJECT_ROOT
 from tests.projects import kedro_run, make_project
 
@@ -154,7 +154,7 @@ def _get(groups: dict[str, Any], path: str) -> Any:
 
 
 def test_train_resume_takes_auto_never_or_a_checkpoint_folder(tmp_path) -> None:
-    from rl_pipeline.engines.train_params import TrainParams
+    from rl_pipeline.params.train import TrainParams
 
     (tmp_path / "checkpoint-4").mkdir()
     (tmp_path / "weights").mkdir()

@@ -40,7 +40,7 @@ def data_prep_params(project: Path, env: str = "cpu"):
     """The data_prep group as `kedro run --env <env>` in ``project`` sees it."""
     from kedro.config import OmegaConfigLoader
 
-    from rl_pipeline.config import DataPrepParams
+    from rl_pipeline.params import DataPrepParams
 
     loader = OmegaConfigLoader(str(project / "conf"), base_env="base", default_run_env=env)
     return DataPrepParams.model_validate(loader["parameters"]["data_prep"])

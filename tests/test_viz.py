@@ -91,7 +91,7 @@ def test_train_prompts_flow_from_data_prep_into_training(graphs, name):
     edges = {(e["source"], e["target"]) for e in graph["edges"]}
     assert (ids["train_prompts"], ids["train_model_node"]) in edges
     assert (ids["params:train"], ids["train_model_node"]) in edges
-    assert (ids["train_model_node"], ids["lora_adapter"]) in edges
+    assert (ids["train_model_node"], ids["training_result"]) in edges
     if name == "__default__":  # the whole chain: data_prep writes what train reads
         producers = {s for s, t in edges if t == ids["train_prompts"]}
         assert len(producers) == 1

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 HOST_ID = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 # The prefixes of the work folders that nodes make with work_dir().
-WORK_PREFIXES = ("merge", "lora-adapter", "convert")
+WORK_PREFIXES = ("merge", "training-result", "convert")
 _STAGING = re.compile(r"\.(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\.partial$")
 _WORK = re.compile(rf"^\.(?:{'|'.join(WORK_PREFIXES)})-(?P<host>[0-9a-f]{{8}})-(?P<pid>\d+)-")
 

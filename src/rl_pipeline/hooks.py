@@ -15,27 +15,12 @@ from kedro.io import AbstractVersionedDataset, DatasetError
 from kedro_mlflow.framework.hooks import MlflowHook
 from pydantic import BaseModel
 
-from rl_pipeline.config import (
-    ConfigError,
-    DataParams,
-    DataPrepParams,
-    EvalParams,
-    MergeParams,
-    ParamGroup,
-    RewardParams,
-    cross_group_problems,
-)
 from rl_pipeline.debris import sweep
-from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.jsonfile import read_object
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
 from rl_pipeline.merge import MERGE_METADATA
+from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
-
-# Every parameter group, by its key in conf/*/parameters*.yml.
-PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
-    model.group: model for model in (DataParams, DataPrepParams, RewardParams, EvalParams,
-                                     MergeParams, TrainParams)}
 
 
 class WholeConfigurationHook:
@@ -44,8 +29,8 @@ class WholeConfigurationHook:
     Kedro instantiates the typed groups of the pipelines it runs (``--pipeline data_prep``
     checks only data_prep's), and each stage of a whole `kedro run` is its own session
     (``cli.py``). This makes a typo in the train group, ``eval.max_new_tokens`` set against
-    ``data.data_max_response_length`` (:data:`rl_pipeline.config.FOLLOWERS`), or another rule
-    over two groups (:func:`rl_pipeline.config.cross_group_problems`) fail any run at once,
+    ``data.data_max_response_length`` (:data:`rl_pipeline.params.FOLLOWERS`), or another rule
+    over two groups (:func:`rl_pipeline.params.cross_group_problems`) fail any run at once,
     not an hour later when that stage starts.
     """
 

@@ -12,7 +12,6 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from rl_pipeline.config import DataPrepParams
 from rl_pipeline.data.lengths import (
     count_tokens,
     render_prompts,
@@ -21,6 +20,7 @@ from rl_pipeline.data.lengths import (
     truncate_question,
 )
 from rl_pipeline.data.prompts import chat_messages
+from rl_pipeline.params import DataPrepParams
 from rl_pipeline.testing import CHATML_TEMPLATE
 from tests.conftest import read_gsm8k
 

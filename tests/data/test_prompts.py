@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rl_pipeline.config import ConfigError, DataPrepParams
 from rl_pipeline.data.prompts import (
     DataError,
     chat_messages,
@@ -13,6 +12,7 @@ from rl_pipeline.data.prompts import (
     to_verl_frame,
 )
 from rl_pipeline.data.records import RawRecords
+from rl_pipeline.params import ConfigError, DataPrepParams
 
 
 def _raw(records: list[dict], source: str = "in.jsonl") -> RawRecords:

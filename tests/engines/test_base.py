@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import types
@@ -11,17 +10,11 @@ from pathlib import Path
 import pytest
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.engines import ENGINES, TRAINING_RUN
-from rl_pipeline.engines.base import (
-    Engine,
-    Preflight,
-    TrainRun,
-    choose_engine,
-    get_engine,
-    write_training_run,
-)
-from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.engines.base import Engine, Preflight, TrainRun
+from rl_pipeline.engines.registry import choose_engine, get_engine
+from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
+from rl_pipeline.training_result import TrainingResult
 from tests.conftest import train_catalog
 
 
@@ -46,7 +39,7 @@ class CopyEngine(Engine):
     def export(self, run, scratch_dir):
         out = Path(scratch_dir) / "exported"
         shutil.copytree(run.checkpoints, out)
-        write_training_run(out, run.summary)
+        TrainingResult(kind="hf_model", engine=self.name, run=run.summary).write(out)
         return out
 
 
@@ -67,16 +60,16 @@ def test_a_third_engine_is_one_module_and_one_registry_line(copy_engine, tiny_mo
     assert report["engine"] == "copy" and report["checked"] is True
     assert report["train_prompts"] == 6
     assert outputs["preflight_metrics"].load()["copies"] == {"value": 1.0, "step": 0}
-    adapter = Path(outputs["lora_adapter"].load())
-    assert adapter == tmp_path / "models" / "exported"
-    assert (adapter / "config.json").is_file()
-    assert json.loads((adapter / TRAINING_RUN).read_text())["steps"] == 6
+    exported = Path(outputs["training_result"].load())
+    assert exported == tmp_path / "models" / "exported"
+    assert (exported / "config.json").is_file()
+    assert TrainingResult.read(exported).run["steps"] == 6
     assert outputs["train_metrics"].load()["steps"]["value"] == 6.0
     assert "copy engine" in outputs["reward_curve"].load().axes[0].get_title()
 
 
 def test_an_unregistered_engine_is_refused_naming_the_registered_ones() -> None:
-    from rl_pipeline.config import ConfigError
+    from rl_pipeline.params import ConfigError
 
     with pytest.raises(ConfigError, match=r"train.engine='tlr': .*one of verl, trl, auto"):
         TrainParams.model_validate({"engine": "tlr"})

@@ -12,9 +12,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.trl_params import TrlParams
-from rl_pipeline.engines.verl_config import (
+from rl_pipeline.engines.verl.config import (
     NOT_VERL_KEYS,
     LaunchInputs,
     compose_verl_config,
@@ -22,7 +20,9 @@ from rl_pipeline.engines.verl_config import (
     override_key,
     owned_keys,
 )
-from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.trl import TrlParams
+from rl_pipeline.params.verl import VerlParams
 from tests.conftest import PROJECT_ROOT
 from tests.engines.spec_facts import (
     SPEC_PARAMETERS,

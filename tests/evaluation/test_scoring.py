@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rl_pipeline.config import RewardParams
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.metrics import compare_models, model_metrics, per_prompt_scores
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
+from rl_pipeline.params import RewardParams
 
 # The training reward of a mixed run: capitals by its own rule (and it reports the answer it
 # read, verl's "pred"), everything else by the built-in compute_score.

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rl_pipeline.config import DataParams, EvalParams, RewardParams
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE, decide
+from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.pipelines.eval.nodes import summarize_eval
 from tests.conftest import gsm8k_prompts
 

@@ -24,9 +24,9 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from rl_pipeline.config import DataParams
-from rl_pipeline.engines.verl_config import compose_verl_config, hydra_overrides, spec_values
-from rl_pipeline.engines.verl_params import ADV_ESTIMATORS, VerlParams
+from rl_pipeline.engines.verl.config import compose_verl_config, hydra_overrides, spec_values
+from rl_pipeline.params import DataParams
+from rl_pipeline.params.verl import ADV_ESTIMATORS, VerlParams
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto

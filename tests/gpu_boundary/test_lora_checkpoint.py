@@ -2,7 +2,7 @@
 
 verl 0.9.1's trainer saves the actor through ``FSDPCheckpointManager.save_checkpoint``
 (verl/workers/engine/fsdp/transformer_impl.py:871-890); the pipeline exports the adapter
-from the newest such checkpoint (``export_adapter``: ``python -m verl.model_merger merge``,
+from the newest such checkpoint (``export_result``: ``python -m verl.model_merger merge``,
 then its ``lora_adapter/``) and the merge stage folds it into the base model.
 
 Here the checkpoint is written by verl's own code on CPU, not by hand: a single-process gloo
@@ -164,8 +164,8 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
         tiny_model_dir, tokenizer, tmp_path, lora_only) -> None:
     from transformers import AutoModelForCausalLM
 
-    from rl_pipeline.config import MergeParams
-    from rl_pipeline.engines.verl_engine import export_adapter
+    from rl_pipeline.engines.verl.checkpoint import export_result
+    from rl_pipeline.params import MergeParams
     from rl_pipeline.pipelines.merge.nodes import merge_model
 
     checkpoints = tmp_path / "checkpoints"
@@ -196,16 +196,16 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
     assert set(lora) == {k for k in shard if "lora_" in k}
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text() == str(STEP)
 
-    record = export_adapter(checkpoints, tmp_path / "scratch", {"mlflow_run_id": "r1"},
-                            lora=True)
+    record = export_result(checkpoints, tmp_path / "scratch", {"mlflow_run_id": "r1"})
     config = json.loads((record / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"]) == (RANK, ALPHA)
     assert set(config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj",
                                              "gate_proj", "up_proj", "down_proj"}
-    assert json.loads((record / "training_run.json").read_text())["checkpoint"] == str(actor)
+    result = json.loads((record / "training_result.json").read_text())
+    assert (result["kind"], result["source"]) == ("peft_adapter", str(actor))
 
-    path, metadata, _ = merge_model(str(record), str(checkpoints), str(tiny_model_dir),
-                                          MergeParams(scratch_dir=str(tmp_path / "scratch")))
+    path, metadata, _ = merge_model(str(record), str(tiny_model_dir),
+                                    MergeParams(scratch_dir=str(tmp_path / "scratch")))
     assert metadata["verification"]["passed"] is True
     assert metadata["merged_modules"] == 2 * 7  # two layers, seven linear modules each
     assert metadata["lora"]["r"] == RANK and metadata["lora"]["lora_alpha"] == ALPHA

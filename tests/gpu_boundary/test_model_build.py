@@ -36,9 +36,9 @@ import torch.distributed as dist
 from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 
-from rl_pipeline.config import DataParams
-from rl_pipeline.engines.verl_config import compose_verl_config, hydra_overrides, spec_values
-from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.verl.config import compose_verl_config, hydra_overrides, spec_values
+from rl_pipeline.params import DataParams
+from rl_pipeline.params.verl import VerlParams
 
 if TYPE_CHECKING:  # verl's import takes seconds: at collection, only for the annotations
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead

@@ -22,7 +22,7 @@ import mlflow
 import pytest
 import yaml
 
-from rl_pipeline.engines.vllm_args import parser_path, vllm_source
+from rl_pipeline.engines.verl.vllm_args import parser_path, vllm_source
 from tests.conftest import read_gsm8k, resolved_cache_dir, write_jsonl
 from tests.projects import kedro_command, make_project, run_env
 

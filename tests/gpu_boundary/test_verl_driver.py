@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.verl_engine import WorkerPlacementError, plan_verl, train_verl
-from rl_pipeline.engines.verl_params import VerlParams
+from rl_pipeline.engines.verl.engine import WorkerPlacementError, plan_verl, train_verl
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]

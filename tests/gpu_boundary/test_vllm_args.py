@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.verl_engine import plan_verl
-from rl_pipeline.engines.verl_params import VerlParams
-from rl_pipeline.engines.verl_preflight import PreflightError
-from rl_pipeline.engines.vllm_args import VLLM_VERSION, build_server_args, parser_path, vllm_source
+from rl_pipeline.engines.problems import PreflightError
+from rl_pipeline.engines.verl.engine import plan_verl
+from rl_pipeline.engines.verl.vllm_args import (
+    VLLM_VERSION,
+    build_server_args,
+    parser_path,
+    vllm_source,
+)
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL
 
 pytestmark = pytest.mark.gpu_boundary
@@ -64,7 +69,7 @@ def test_the_old_engine_kwarg_is_one_vllm_rejects(inputs) -> None:
     old = "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=true"
     plan = plan_verl(VerlParams(**SMALL), DataParams(), RewardParams(), inputs,
                      gpus_visible=0, training=False, train_rows=16)
-    from rl_pipeline.engines.verl_config import compose_verl_config
+    from rl_pipeline.engines.verl.config import compose_verl_config
 
     built = build_server_args(compose_verl_config([*plan.overrides, old]))
     assert built.unrecognized == ["--disable-mm-preprocessor-cache"]

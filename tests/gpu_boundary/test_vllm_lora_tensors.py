@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_pipeline.engines.vllm_args import parser_path, vllm_source
+from rl_pipeline.engines.verl.vllm_args import parser_path, vllm_source
 from tests.gpu_boundary.test_lora_checkpoint import (
     RANK,
     _fsdp2,

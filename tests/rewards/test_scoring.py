@@ -8,7 +8,7 @@ import pytest
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
-from rl_pipeline.config import RewardParams
+from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import (
     OverlongPenalty,
     SafeReward,

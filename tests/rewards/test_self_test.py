@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from rl_pipeline.config import RewardParams
+from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import build_reward
 from rl_pipeline.rewards.self_test import (
     ideal_response,

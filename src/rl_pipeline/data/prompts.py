@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from rl_pipeline.config import DataPrepParams
 from rl_pipeline.data.records import BadRecord, RawRecords
+from rl_pipeline.params import DataPrepParams
 
 # verl's examples/data_preprocess/gsm8k.py: the number after "#### ", commas removed.
 _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")

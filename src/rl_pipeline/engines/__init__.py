@@ -1,11 +1,10 @@
-"""Training engines (verl, trl) behind one interface (:mod:`rl_pipeline.engines.base`)."""
+"""Training engines behind one interface.
 
-# Written beside a training result (the adapter folder); the merge stage records it.
-TRAINING_RUN = "training_run.json"
-
-# Engine name (``train.engine``) -> "module:class" of its :class:`~.base.Engine`, imported on
-# first use (trl and verl take seconds to import). A new engine is a module and a line here.
-ENGINES: dict[str, str] = {
-    "verl": "rl_pipeline.engines.verl_engine:VerlEngine",
-    "trl": "rl_pipeline.engines.trl_engine:TrlEngine",
-}
+The core (this package's modules) is what every engine shares: the interface
+(:mod:`~rl_pipeline.engines.base`), the problems a preflight reports
+(:mod:`~rl_pipeline.engines.problems`), the registry (:mod:`~rl_pipeline.engines.registry`)
+and the run identity of checkpoints (:mod:`~rl_pipeline.engines.run_identity`). Each engine is
+a sub-package (:mod:`~rl_pipeline.engines.verl`, :mod:`~rl_pipeline.engines.trl`) that imports
+the core and never another engine. What an engine leaves for merge is described by
+:mod:`rl_pipeline.training_result`, which neither side owns.
+"""

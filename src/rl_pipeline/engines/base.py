@@ -4,14 +4,11 @@ An engine checks a configuration (:meth:`Engine.preflight`, on any machine), tra
 (:meth:`Engine.train`) and exports its newest checkpoint as the folder that merge takes
 (:meth:`Engine.export`). All engines take the same :class:`TrainSetup` and give the same
 :class:`Preflight` and :class:`TrainRun`, so the train nodes never ask which engine runs, and
-a third engine is one new module plus a line in :data:`rl_pipeline.engines.ENGINES`.
+a third engine is one new sub-package plus a line in :data:`rl_pipeline.params.train.ENGINES`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,9 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines import ENGINES, TRAINING_RUN
-from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.params import DataParams, RewardParams, TrainParams
 
 
 @dataclass(frozen=True)
@@ -97,35 +92,9 @@ class Engine(ABC):
 
     @abstractmethod
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
-        """The newest checkpoint as merge takes it: a LoRA adapter in peft's layout, or a
-        whole model, with :data:`TRAINING_RUN`; built under ``scratch_dir``, hidden."""
-
-
-def get_engine(name: str) -> Engine:
-    """The engine called ``name`` (a key of :data:`ENGINES`)."""
-    module, cls = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
-
-
-def choose_engine(engine: str, gpus_visible: int,
-                  ray_address: str | None = None) -> tuple[str, str]:
-    """The engine to train with, and why (``auto``: verl needs CUDA GPUs and vLLM, here or
-    on the Ray cluster at ``ray_address``, whose nodes the verl preflight checks)."""
-    if engine != "auto":
-        return engine, f"train.engine={engine}"
-    if ray_address:
-        return "verl", f"train.engine=auto: a Ray cluster at {ray_address} trains"
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    if gpus_visible and has_vllm:
-        return "verl", f"train.engine=auto: {gpus_visible} CUDA GPU(s) and vLLM found"
-    missing = " and ".join(m for m, ok in (("CUDA GPUs", gpus_visible), ("vLLM", has_vllm))
-                           if not ok)
-    return "trl", f"train.engine=auto: no {missing} here, so trl"
-
-
-def write_training_run(folder: Path, summary: dict[str, Any], **extra: Any) -> None:
-    """Record the run beside its result, for merge and lineage."""
-    (folder / TRAINING_RUN).write_text(json.dumps({**summary, **extra}, indent=2))
+        """The newest checkpoint as merge takes it: a peft adapter folder or a whole Hugging
+        Face model folder, described by its :class:`~rl_pipeline.training_result.
+        TrainingResult`; built under ``scratch_dir``, hidden (the catalog moves it)."""
 
 
 def reward_curve(history: list[dict[str, float]], engine: str) -> Figure:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from rl_pipeline.config import RewardParams
 from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_match, strict_score
+from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import RewardFunction, SafeReward, build_reward
 from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive, response_facts
 

@@ -18,7 +18,7 @@ from verl.utils.reward_score import gsm8k as verl_gsm8k
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
 
 if TYPE_CHECKING:
-    from rl_pipeline.config import RewardParams
+    from rl_pipeline.params import RewardParams
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
     ``reward`` group's function and settings; it is loaded once per worker and wrapped in
     :class:`SafeReward`, so the verl engine scores exactly as eval and the trl engine do.
     ``extra_info`` carries the response's length and truncation
-    (:class:`~rl_pipeline.engines.verl_reward_manager.ResponseFactsRewardManager`). Other
+    (:class:`~rl_pipeline.engines.verl.reward_manager.ResponseFactsRewardManager`). Other
     keyword arguments verl adds (a reward-model router) are not used.
     """
     return _safe_reward(reward_path, reward_name, strict, overlong_buffer_len,

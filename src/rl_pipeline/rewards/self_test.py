@@ -25,7 +25,7 @@ from rl_pipeline.rewards.form import response_facts
 from rl_pipeline.rewards.scoring import BUILTIN, GSM8K_SOURCES, MATH_SOURCES
 
 if TYPE_CHECKING:
-    from rl_pipeline.config import RewardParams
+    from rl_pipeline.params import RewardParams
 
 logger = logging.getLogger(__name__)
 

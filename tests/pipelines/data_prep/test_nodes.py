@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError, DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prompts import DataError, chat_messages
 from rl_pipeline.data.records import read_jsonl
+from rl_pipeline.params import ConfigError, DataParams, DataPrepParams, RewardParams
 from rl_pipeline.pipelines.data_prep.nodes import (
     check_reward,
     clean_prompt_splits,

@@ -8,9 +8,9 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prompts import DataError
 from rl_pipeline.data.records import read_jsonl
+from rl_pipeline.params import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.pipelines.data_prep import create_pipeline
 from rl_pipeline.rewards.self_test import RewardSelfTestError
 from tests.conftest import read_gsm8k, write_jsonl

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.container import ErrorbarContainer
 
-from rl_pipeline.config import DataParams, EvalParams, RewardParams
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
+from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.pipelines.eval.nodes import summarize_eval
 from tests.conftest import gsm8k_prompts
 

@@ -12,11 +12,11 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
-from rl_pipeline.config import DataParams, DataPrepParams, EvalParams, RewardParams
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.datasets.mlflow_table import MlflowTableDataset
-from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.evaluation.gsm8k import normalise
+from rl_pipeline.params import DataParams, DataPrepParams, EvalParams, RewardParams
+from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
 from tests.conftest import read_gsm8k
 

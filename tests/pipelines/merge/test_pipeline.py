@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
 from rl_pipeline.models.resolve import resolve_model
 from rl_pipeline.testing import train_tiny_lora
+from rl_pipeline.training_result import TrainingResult
 from tests.projects import kedro_run, make_project, mlflow_runs
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,8 @@ def _stage_adapter(project: Path, adapter: Path) -> None:
 
     staged = project / "adapter_copy"
     shutil.copytree(adapter, staged)
-    ModelFolderDataset(path=str(project / "data/06_models/lora_adapter"),
+    TrainingResult(kind="peft_adapter", engine="trl", run={"steps": 1}).write(staged)
+    ModelFolderDataset(path=str(project / "data/06_models/training_result"),
                        version=Version(None, None)).save(str(staged))
 
 
@@ -61,4 +63,4 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     assert version.run_id == run.info.run_id
     metadata = json.loads((merged / "merge_metadata.json").read_text())
     assert metadata["registered_model"]["name"] == "tiny-merged"
-    assert metadata["verification"]["passed"] and metadata["adapter"].endswith("lora_adapter")
+    assert metadata["verification"]["passed"] and metadata["adapter"].endswith("training_result")

@@ -10,11 +10,11 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import MergeParams, RewardParams
-from rl_pipeline.engines import TRAINING_RUN
 from rl_pipeline.engines.run_identity import CheckpointRoot
-from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.params import MergeParams, RewardParams
+from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
+from rl_pipeline.training_result import RECORD, TrainingResult
 from tests.conftest import train_catalog
 
 TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4,
@@ -37,9 +37,10 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
     assert "per_device_train_batch_size: 8" in outputs["train_config_resolved"].load()
     summary = outputs["train_summary"].load()
     assert summary["engine"] == "trl" and summary["steps"] == 2
-    adapter = Path(outputs["lora_adapter"].load())
-    assert (adapter / "adapter_config.json").is_file()
-    assert json.loads((adapter / TRAINING_RUN).read_text())["steps"] == 2
+    exported = Path(outputs["training_result"].load())
+    assert (exported / "adapter_config.json").is_file()
+    result = TrainingResult.read(exported)
+    assert (result.kind, result.engine, result.run["steps"]) == ("peft_adapter", "trl", 2)
     # The checkpoints are in the folder of the run's identity, which preflight reported.
     folder = checkpoints / summary["identity"][:12]
     assert summary["checkpoints"] == report["checkpoints"] == str(folder)
@@ -64,18 +65,17 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
     catalog["params:reward"] = RewardParams(
         custom_reward_function={"path": str(digit_reward_file), "name": "score"},
         self_test="warn")
-    catalog["train_checkpoints"] = MemoryDataset(None)
     catalog["params:merge"] = MergeParams(scratch_dir=str(tmp_path / "scratch"),
                                           dtype="bfloat16")
     outputs = SequentialRunner().run(create_pipeline() + merge_pipeline(), catalog)
     merged = Path(outputs["merged_model"].load())
     metadata = outputs["merge_metadata"].load()
-    trained = Path(metadata["full_model"])  # train's lora_adapter output: the whole model
-    assert metadata["adapter"] is None and (trained / "model.safetensors").is_file()
+    trained = Path(metadata["training_result"])  # train's output: the whole model
+    assert metadata["kind"] == "hf_model" and (trained / "model.safetensors").is_file()
     assert not (trained / "adapter_config.json").exists()
     assert metadata["training_run"]["steps"] == 1 and metadata["training_run"]["lora"] is False
     assert metadata["verification"]["passed"] and metadata["dtype"] == "bfloat16"
-    assert not (merged / TRAINING_RUN).exists()
+    assert not (merged / RECORD).exists()
 
     ids = torch.tensor([[1, 5, 9, 14, 3]])
     with torch.inference_mode():

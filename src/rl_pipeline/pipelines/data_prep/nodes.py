@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_splits
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.data.records import RawRecords
 from rl_pipeline.data.report import length_histogram
 from rl_pipeline.models.tokenizer import load_tokenizer
+from rl_pipeline.params import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.rewards import build_reward
 from rl_pipeline.rewards.self_test import RewardSelfTestError, run_self_test
 from rl_pipeline.tracking import mlflow_metrics

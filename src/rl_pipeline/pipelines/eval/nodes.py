@@ -10,8 +10,6 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import ConfigError, DataParams, EvalParams, RewardParams, follow
-from rl_pipeline.engines.train_params import TrainParams
 from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import SamplingSettings, generate, pick_backend
 from rl_pipeline.evaluation.generations_table import generations_table
@@ -24,6 +22,8 @@ from rl_pipeline.evaluation.metrics import (
 from rl_pipeline.evaluation.report import eval_chart, markdown_report
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
+from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 from rl_pipeline.tracking import mlflow_metrics
 

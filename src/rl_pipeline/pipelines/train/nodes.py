@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from rl_pipeline.config import DataParams, RewardParams
-from rl_pipeline.engines.base import TrainSetup, choose_engine, get_engine, reward_curve
+from rl_pipeline.engines.base import TrainSetup, reward_curve
+from rl_pipeline.engines.registry import choose_engine, get_engine
 from rl_pipeline.engines.run_identity import (
     CheckpointRoot,
     RunIdentity,
@@ -25,7 +25,8 @@ from rl_pipeline.engines.run_identity import (
     prune,
     run_identity,
 )
-from rl_pipeline.engines.train_params import TrainParams
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.train import TrainParams
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
     stopped, or trains no further when it is complete; another identity starts afresh.
 
     Returns:
-        The folder for ``lora_adapter``, the run summary (with the identity and what was
+        The ``training_result`` folder, the run summary (with the identity and what was
         resumed), its numbers as metrics, and the reward curve.
     """
     root = _root(train_checkpoints_dir)
@@ -93,11 +94,11 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         "resume": train.resume, "resumed": continued, "resumed_from_run": earlier,
         # A complete run is only exported again: its weights are the earlier run's.
         "weights_run_id": earlier if complete else run_id})
-    adapter = engine.export(result, Path(root.path).parent)
+    exported = engine.export(result, Path(root.path).parent)
     prune(root, folder)
     metrics = mlflow_metrics({k: result.summary[k]
                               for k in ("steps", "seconds", "resumed_from_step")})
-    return str(adapter), result.summary, metrics, reward_curve(result.history, engine.name)
+    return str(exported), result.summary, metrics, reward_curve(result.history, engine.name)
 
 
 def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,

@@ -19,7 +19,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         Node(
             func=train_model,
             inputs=["train_plan", "train_prompts", "val_prompts", *SETUP_INPUTS],
-            outputs=["lora_adapter", "train_summary", "train_metrics", "reward_curve"],
+            outputs=["training_result", "train_summary", "train_metrics", "reward_curve"],
             name="train_model_node",
         ),
     ])

@@ -1,0 +1,46 @@
+"""The trainer callback that sends each logged step's metrics to the stage's MLflow run."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+from transformers import TrainerCallback
+
+_METRIC_NAME = re.compile(r"[^\w\-./ ]")
+
+class StepLogger(TrainerCallback):
+    """Logs each logged step's metrics to the active MLflow run as they happen.
+
+    transformers' own MLflowCallback would also log every TrainingArguments field as a
+    parameter and start a run of its own when none is active; the stage's run already holds
+    the parameters under their spec names, so only metrics are sent, prefixed ``train/``.
+    """
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, float]] = []
+        self._started = 0.0
+        self._step_seconds: list[float] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._step_seconds.append(time.perf_counter() - self._started)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        import mlflow
+
+        numbers = {k: float(v) for k, v in (logs or {}).items()
+                   if isinstance(v, int | float) and math.isfinite(v)}
+        if self._step_seconds:
+            numbers["step_time"] = float(np.mean(self._step_seconds))
+            self._step_seconds = []
+        if not numbers:
+            return
+        self.history.append({"step": state.global_step, **numbers})
+        if mlflow.active_run() is not None:
+            mlflow.log_metrics({f"train/{_METRIC_NAME.sub('_', k)}": v
+                                for k, v in numbers.items()}, step=state.global_step)

@@ -1,0 +1,164 @@
+"""The spec-name -> TRL 1.12 ``GRPOConfig`` field table, and the configs built from it.
+
+One table holds the mapping (:data:`MAPPING`); the parameters it does not cover are listed,
+with where they go, in :data:`NOT_GRPO_KEYS`. ``GRPOConfig`` is a dataclass, so a field that
+TRL renames or drops makes :func:`grpo_config` fail with a TypeError, in a test rather than
+in a training run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rl_pipeline.params import FOLLOWERS, DataParams, follow
+from rl_pipeline.params.trl import TrlParams
+
+if TYPE_CHECKING:  # trl and peft are heavy imports: load them only when a config is built
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One spec parameter and the ``GRPOConfig`` field it sets (``note``: why they differ)."""
+
+    spec: str
+    field: str
+    note: str = ""
+
+
+MAPPING: tuple[Mapping, ...] = (
+    # GRPO algorithm
+    Mapping("beta", "beta"),
+    Mapping("epsilon", "epsilon"),
+    Mapping("num_iterations", "num_iterations"),
+    Mapping("num_generations", "num_generations"),
+    # Training
+    Mapping("num_train_epochs", "num_train_epochs"),
+    Mapping("max_steps", "max_steps"),
+    Mapping("per_device_train_batch_size", "per_device_train_batch_size"),
+    Mapping("per_device_eval_batch_size", "per_device_eval_batch_size"),
+    Mapping("gradient_accumulation_steps", "gradient_accumulation_steps"),
+    Mapping("learning_rate", "learning_rate"),
+    Mapping("warmup_ratio", "warmup_steps",
+            "transformers 5 deprecates warmup_ratio; warmup_steps below 1 is the same ratio"),
+    Mapping("max_grad_norm", "max_grad_norm"),
+    Mapping("optim", "optim"),
+    Mapping("lr_scheduler_type", "lr_scheduler_type"),
+    # Text generation
+    Mapping("max_completion_length", "max_completion_length"),
+    Mapping("temperature", "temperature"),
+    Mapping("top_p", "top_p"),
+    # Evaluation
+    Mapping("do_eval", "do_eval"),
+    Mapping("eval_strategy", "eval_strategy"),
+    Mapping("eval_steps", "eval_steps"),
+    # Logging and saving
+    Mapping("logging_steps", "logging_steps"),
+    Mapping("save_steps", "save_steps"),
+    Mapping("save_total_limit", "save_total_limit"),
+    # Miscellaneous
+    Mapping("shuffle_dataset", "shuffle_dataset"),
+    Mapping("use_liger_kernel", "use_liger_kernel", "forced off on CPU (Liger is Triton/GPU)"),
+    Mapping("vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization"),
+    Mapping("vllm_tensor_parallel_size", "vllm_tensor_parallel_size"),
+    # Ours (not in the spec)
+    Mapping("loss_type", "loss_type"),
+    Mapping("scale_rewards", "scale_rewards"),
+    Mapping("seed", "seed"),
+    Mapping("use_vllm", "use_vllm", "forced off on CPU (vLLM needs a GPU)"),
+    Mapping("vllm_mode", "vllm_mode"),
+)
+
+# Parameters that are no GRPOConfig field, and where each goes instead.
+NOT_GRPO_KEYS: dict[str, str] = {
+    "apply_lora": "peft LoraConfig or none (lora_config)",
+    "lora_rank": "peft LoraConfig.r",
+    "lora_alpha": "peft LoraConfig.lora_alpha",
+    "lora_target_modules": "peft LoraConfig.target_modules",
+    "lora_dropout": "peft LoraConfig.lora_dropout",
+    "deepspeed_config": "GRPOConfig.deepspeed, on GPU only",
+    "max_prompt_length": "follows data.data_max_prompt_length, which data_prep fits every "
+                         "prompt to (TRL 1.12 has no prompt cap)",
+    "algorithm_adv_estimator": "our advantage computation in the trainer",
+}
+
+
+def with_owners(params: TrlParams, data: DataParams) -> TrlParams:
+    """``train.trl`` with its length followers set from the shared ``data`` group."""
+    return params.model_copy(update={
+        "max_prompt_length": follow("train.trl.max_prompt_length", params.max_prompt_length,
+                                    data.data_max_prompt_length),
+        "max_completion_length": follow("train.trl.max_completion_length",
+                                        params.max_completion_length,
+                                        data.data_max_response_length)})
+
+
+def grpo_values(params: TrlParams) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments that :data:`MAPPING` gives for ``params``.
+
+    A follower not yet resolved (null: ``train.trl`` validated without its owners) is left
+    out, so TRL's own default applies; the engine resolves them first.
+    """
+    values = {m.field: getattr(params, m.spec) for m in MAPPING}
+    return {k: v for k, v in values.items() if v is not None or k not in _FOLLOWER_FIELDS}
+
+
+# GRPOConfig fields set by a follower of another group (rl_pipeline.params.FOLLOWERS).
+_FOLLOWER_FIELDS = {m.field for m in MAPPING
+                    if f"train.trl.{m.spec}" in {f.name for f in FOLLOWERS}}
+
+
+def grpo_config(params: TrlParams, output_dir: str, *, use_cpu: bool,
+                report_to: list[str] | str = "none", **extra: Any) -> GRPOConfig:
+    """TRL's ``GRPOConfig`` from ``train.trl``.
+
+    Args:
+        params: The validated ``train.trl`` group.
+        output_dir: Where the trainer writes checkpoints.
+        use_cpu: Train on CPU: float32, no DeepSpeed, Liger or vLLM (each set to off quietly,
+            with a log line when it was asked for), so one parameter file serves both.
+        report_to: The trainer's loggers ("none": the pipeline logs to MLflow itself).
+        **extra: Further ``GRPOConfig`` fields the engine sets (save_strategy, bf16, ...).
+            They may not overrule a mapped parameter: the table is the one source for those.
+
+    Returns:
+        The config; GRPOConfig's own checks (e.g. batch divisible by num_generations) have run.
+    """
+    from trl import GRPOConfig
+
+    values = grpo_values(params)
+    clash = sorted(set(extra) & (set(values) | {"use_cpu", "deepspeed"}))
+    if clash:
+        raise ValueError(f"set these through train.trl or use_cpu, not extra: {clash}")
+    if use_cpu:
+        for name in ("use_liger_kernel", "use_vllm", "deepspeed_config"):
+            if getattr(params, name):
+                logger.warning("train.trl.%s is ignored on CPU", name)
+        # bf16 on CPU is slow and TRL would default it to True; Liger and vLLM need CUDA.
+        values.update(use_liger_kernel=False, use_vllm=False)
+        device = {"use_cpu": True, "bf16": False, "deepspeed": None}
+    else:
+        device = {"use_cpu": False, "deepspeed": params.deepspeed_config}
+    # transformers' Trainer copies TrainingArguments.use_cache (False) into the model config,
+    # and TRL's generation config does not override it, so transformers-based rollouts would
+    # recompute the whole sequence for every new token: 12x slower on SmolLM2 (213 s against
+    # 18 s for 8 x 128 tokens on 2 cores). Generation only; training keeps the cache off.
+    generation = {"generation_kwargs": {"use_cache": True}}
+    return GRPOConfig(output_dir=output_dir, report_to=report_to,
+                      **{**values, **device, **generation, **extra})
+
+
+def lora_config(params: TrlParams) -> LoraConfig | None:
+    """peft's ``LoraConfig`` for the policy, or None to train all weights (apply_lora false)."""
+    if not params.apply_lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha,
+                      lora_dropout=params.lora_dropout,
+                      target_modules=params.lora_target_modules, task_type="CAUSAL_LM")

@@ -1,0 +1,50 @@
+"""The trl engine: GRPO (or REINFORCE++ advantages) with TRL's GRPOTrainer, on CPU or GPU.
+
+It takes what the verl engine takes (the prompt parquet in verl's schema, the base model,
+the ``reward`` group's function) and gives what it gives (checkpoints, a training result, a
+summary), so merge and eval do not care which engine trained. :class:`TrlEngine` is the
+:class:`~rl_pipeline.engines.base.Engine` the train nodes call; the sub-package's modules hold
+the dataset and reward adapters (``inputs``), the MLflow callback (``callbacks``), the
+preflight, the training loop (``train``), the REINFORCE++ trainer (``reinforce_pp``) and the
+export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
+from rl_pipeline.engines.trl.config import with_owners
+from rl_pipeline.engines.trl.export import export_result
+from rl_pipeline.engines.trl.preflight import plan_trl
+from rl_pipeline.engines.trl.train import train_trl
+
+
+class TrlEngine(Engine):
+    """TRL's GRPOTrainer in the Kedro node's process (CPU or GPU)."""
+
+    name = "trl"
+
+    def preflight(self, setup: TrainSetup, *, training: bool) -> Preflight:
+        params = with_owners(setup.train.trl, setup.data)
+        report, config_yaml = plan_trl(params, setup.reward, setup.train_prompts_file,
+                                       setup.base_model, setup.checkpoints_dir,
+                                       setup.train_rows)
+        command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
+                   "kedro run --pipeline train --params train.engine=trl\n")
+        return Preflight(plan={"engine": self.name}, report=report, config_yaml=config_yaml,
+                         command=command)
+
+    def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
+              val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
+        run = train_trl(with_owners(setup.train.trl, setup.data), setup.reward, train_prompts,
+                        val_prompts, setup.base_model, setup.checkpoints_dir,
+                        resume=setup.train.resume)
+        run.summary["mlflow_run_id"] = run_id
+        return run
+
+    def export(self, run: TrainRun, scratch_dir: Path) -> Path:
+        return export_result(run, scratch_dir)

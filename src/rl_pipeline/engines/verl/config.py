@@ -1,0 +1,314 @@
+"""The spec-name -> verl Hydra key table, and verl's own config composed from it.
+
+One table holds the mapping (:data:`MAPPING`). Overrides are composed onto verl's
+``ppo_trainer.yaml`` from the installed verl package, so a key that verl moves or renames
+makes composition fail (Hydra's struct mode), in a test rather than on a GPU job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One spec parameter and the verl key it sets (``add``: not in verl's schema;
+    ``convert``: the spec value to verl's, where they differ)."""
+
+    spec: str
+    key: str
+    add: bool = False
+    convert: Callable[[Any], Any] | None = None
+    note: str = ""  # what convert does, for docs/parameters.md
+
+    def verl_value(self, value: Any) -> Any:
+        return self.convert(value) if self.convert else value
+
+
+_ACTOR = "actor_rollout_ref.actor"
+_ROLLOUT = "actor_rollout_ref.rollout"
+_MODEL = "actor_rollout_ref.model"
+# verl hands these to `vllm serve` as flags (vllm_async_server.launch_server).
+ENGINE_KWARGS = f"{_ROLLOUT}.engine_kwargs.vllm"
+
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("ENGINE", f"{_ROLLOUT}.name"),
+    Mapping("rollout_name", f"{_ROLLOUT}.name"),
+    Mapping("data_train_batch_size", "data.train_batch_size"),
+    Mapping("data_max_prompt_length", "data.max_prompt_length"),
+    Mapping("data_max_response_length", "data.max_response_length"),
+    Mapping("data_filter_overlong_prompts", "data.filter_overlong_prompts"),
+    Mapping("data_truncation", "data.truncation"),
+    Mapping("data_image_key", "data.image_key"),
+    Mapping("algorithm_adv_estimator", "algorithm.adv_estimator"),
+    Mapping("algorithm_use_kl_in_reward", "algorithm.use_kl_in_reward"),
+    Mapping("actor_optim_lr", f"{_ACTOR}.optim.lr"),
+    Mapping("actor_model_use_remove_padding", f"{_MODEL}.use_remove_padding"),
+    # verl builds its models with the override_config's attn_implementation, else
+    # flash_attention_2 (verl/workers/config/model.py), which no wheel of ours installs.
+    Mapping("actor_model_attn_implementation", f"{_MODEL}.override_config.attn_implementation",
+            add=True),
+    Mapping("actor_strategy", f"{_ACTOR}.strategy"),
+    Mapping("actor_fsdp_config_offload_policy", f"{_ACTOR}.fsdp_config.offload_policy"),
+    Mapping("actor_ppo_mini_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
+    Mapping("actor_rft_mini_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
+    Mapping("actor_ppo_micro_batch_size_per_gpu", f"{_ACTOR}.ppo_micro_batch_size_per_gpu"),
+    Mapping("actor_rft_micro_batch_size_per_gpu", f"{_ACTOR}.ppo_micro_batch_size_per_gpu"),
+    Mapping("actor_model_lora_rank", f"{_MODEL}.lora_rank"),
+    Mapping("actor_model_lora_alpha", f"{_MODEL}.lora_alpha"),
+    Mapping("actor_model_target_modules", f"{_MODEL}.target_modules"),
+    Mapping("actor_model_exclude_modules", f"{_MODEL}.exclude_modules"),
+    Mapping("actor_use_kl_loss", f"{_ACTOR}.use_kl_loss"),
+    Mapping("actor_kl_loss_coef", f"{_ACTOR}.kl_loss_coef"),
+    Mapping("actor_kl_loss_type", f"{_ACTOR}.kl_loss_type"),
+    Mapping("actor_entropy_coeff", f"{_ACTOR}.entropy_coeff"),
+    Mapping("actor_model_enable_gradient_checkpointing", f"{_MODEL}.enable_gradient_checkpointing"),
+    Mapping("actor_fsdp_param_offload", f"{_ACTOR}.fsdp_config.param_offload"),
+    Mapping("actor_fsdp_optimizer_offload", f"{_ACTOR}.fsdp_config.optimizer_offload"),
+    Mapping("rollout_log_prob_micro_batch_size_per_gpu",
+            f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
+    Mapping("rollout_tensor_model_parallel_size", f"{_ROLLOUT}.tensor_model_parallel_size"),
+    Mapping("rollout_dtype", f"{_ROLLOUT}.dtype"),
+    # Not in verl's schema: an engine kwarg, which verl hands to `vllm serve` as a flag.
+    # vLLM 0.24 has no --disable-mm-preprocessor-cache (its parser exits 2); a cache of 0 GiB
+    # is how it disables the cache. False leaves vLLM's default (null: verl drops the kwarg).
+    Mapping("rollout_disable_mm_preprocessor_cache",
+            f"{ENGINE_KWARGS}.mm_processor_cache_gb", add=True,
+            convert=lambda disable: 0 if disable else None,
+            note="true sets it to 0 (no cache), false leaves vLLM's default"),
+    Mapping("rollout_gpu_memory_utilization", f"{_ROLLOUT}.gpu_memory_utilization"),
+    Mapping("rollout_enable_chunked_prefill", f"{_ROLLOUT}.enable_chunked_prefill"),
+    Mapping("rollout_enforce_eager", f"{_ROLLOUT}.enforce_eager"),
+    Mapping("rollout_free_cache_engine", f"{_ROLLOUT}.free_cache_engine"),
+    Mapping("rollout_n", f"{_ROLLOUT}.n"),
+    Mapping("rollout_temperature", f"{_ROLLOUT}.temperature"),
+    Mapping("rollout_top_p", f"{_ROLLOUT}.top_p"),
+    Mapping("rollout_top_k", f"{_ROLLOUT}.top_k"),
+    Mapping("rollout_do_sample", f"{_ROLLOUT}.do_sample"),
+    Mapping("rollout_val_temperature", f"{_ROLLOUT}.val_kwargs.temperature"),
+    Mapping("rollout_val_top_p", f"{_ROLLOUT}.val_kwargs.top_p"),
+    Mapping("rollout_val_top_k", f"{_ROLLOUT}.val_kwargs.top_k"),
+    Mapping("ref_log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    Mapping("ref_fsdp_param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
+    Mapping("trainer_critic_warmup", "trainer.critic_warmup"),
+    Mapping("trainer_n_gpus_per_node", "trainer.n_gpus_per_node"),
+    Mapping("trainer_nnodes", "trainer.nnodes"),
+    Mapping("trainer_save_freq", "trainer.save_freq"),
+    Mapping("trainer_test_freq", "trainer.test_freq"),
+    Mapping("trainer_val_before_train", "trainer.val_before_train"),
+    Mapping("trainer_total_epochs", "trainer.total_epochs"),
+    Mapping("total_training_steps", "trainer.total_training_steps"),
+    Mapping("trainer_max_actor_ckpt_to_keep", "trainer.max_actor_ckpt_to_keep"),
+)
+# Estimators that verl 0.9.1's v1 trainer cannot run: it calls compute_remax_outcome_advantage
+# without the greedy-rollout reward_baselines that only the legacy trainer (main_ppo_v0,
+# ray_trainer.fit) generates. Those run on the legacy trainer (trainer.use_v1=false).
+LEGACY_TRAINER_ESTIMATORS = ("remax",)
+# pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
+NOT_VERL_KEYS = ("pypi_packages_override",)
+# The reward entry point verl loads: it runs the `reward` group's function (one source of
+# truth with eval and the trl engine), with the group's settings as reward_kwargs.
+REWARD_ENTRY = ("pkg://rl_pipeline.rewards.scoring", "verl_reward")
+_RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env"
+_BARE = re.compile(r"[A-Za-z_/][\w./-]*")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(inf|nan)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    """What the catalog and the session give verl: absolute paths and where to log."""
+
+    train_files: str
+    val_files: str
+    model_path: str
+    checkpoints_dir: str
+    tracking_uri: str | None = None
+    ray_address: str | None = None
+    shared_root: str | None = None
+    resume: str = "auto"  # train.resume: auto, never, or a global_step_N folder
+
+
+def resume_overrides(resume: str) -> list[str]:
+    """``train.resume`` as verl's resume settings. The checkpoint folder is the run
+    identity's own (:mod:`rl_pipeline.engines.run_identity`), so ``auto`` resumes only the
+    same run."""
+    if resume == "auto":
+        return ["trainer.resume_mode=auto", "trainer.resume_from_path=null"]
+    if resume == "never":
+        return ["trainer.resume_mode=disable", "trainer.resume_from_path=null"]
+    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={_hydra_value(resume)}"]
+
+
+def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: RewardParams,
+                     critic: bool, pip: list[str], legacy_trainer: bool = False) -> list[str]:
+    """The overrides that wire verl to the catalog, the reward, MLflow and Ray.
+
+    Args:
+        values: The spec values (with ``auto`` settings resolved).
+        inputs: Paths from the catalog, the tracking URI and the Ray address.
+        reward: The ``reward`` group.
+        critic: Whether the estimator trains a critic (gae): it gets the actor's model and
+            batch settings.
+        pip: Requirement specifiers for the Ray workers (``pypi_packages_override``).
+        legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
+    """
+    from rl_pipeline.engines.verl.cluster import RewardTarget, shipped_modules
+    from rl_pipeline.engines.verl.reward_manager import OVERRIDES as REWARD_MANAGER_OVERRIDES
+
+    fn = reward.custom_reward_function
+    target = RewardTarget(fn.path, fn.name)
+    # On a cluster the reward file travels with the job and is imported as a module there.
+    reward_path = target.on_workers if inputs.ray_address else fn.path
+    out = [
+        f"data.train_files={_hydra_value(inputs.train_files)}",
+        f"data.val_files={_hydra_value(inputs.val_files)}",
+        f"actor_rollout_ref.model.path={_hydra_value(inputs.model_path)}",
+        f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
+        f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
+        f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(reward_path)}",
+        f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
+        f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
+        f"+reward.custom_reward_function.reward_kwargs.overlong_buffer_len="
+        f"{reward.overlong_buffer_len}",
+        f"+reward.custom_reward_function.reward_kwargs.overlong_penalty_factor="
+        f"{reward.overlong_penalty_factor}",
+        *REWARD_MANAGER_OVERRIDES,
+        f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
+        *resume_overrides(inputs.resume),
+        "trainer.logger=[console,mlflow]",
+        "trainer.project_name=rl_pipeline",
+    ]
+    if legacy_trainer:
+        out.append("trainer.use_v1=false")
+    if critic:
+        out += [f"critic.model.path={_hydra_value(inputs.model_path)}",
+                f"critic.strategy={values['actor_strategy']}",
+                f"+critic.model.override_config.attn_implementation="
+                f"{values['actor_model_attn_implementation']}",
+                f"critic.ppo_micro_batch_size_per_gpu="
+                f"{values['actor_ppo_micro_batch_size_per_gpu']}"]
+    if inputs.tracking_uri:
+        out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_TRACKING_URI="
+                   f"{_hydra_value(inputs.tracking_uri)}")
+    if pip:
+        out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
+    if inputs.ray_address:
+        out.append(f"+ray_kwargs.ray_init.address={_hydra_value(inputs.ray_address)}")
+        # Other nodes do not have this package installed; verl imports the reward from it.
+        modules = shipped_modules(target)
+        out.append(f"+{_RUNTIME_ENV}.py_modules=[{','.join(_hydra_value(m) for m in modules)}]")
+    return out
+
+
+# train.verl.device=cpu: the module that gives verl a CPU platform, workers and a rollout,
+# imported by every Ray process through verl's plugin hook before verl reads the device.
+CPU_MODULE = "rl_pipeline.engines.verl.cpu"
+CPU_ENV = {
+    "VERL_PLATFORM": "cpu",
+    "VERL_USE_EXTERNAL_MODULES": CPU_MODULE,
+    # verl registers its FSDP engines for cuda and npu; the engine itself is device-agnostic.
+    "VERL_ENGINE_DEVICE": "cuda",
+    # verl compiles its entropy kernel with torch.compile by default: minutes on 2 cores.
+    "TORCH_COMPILE_DISABLE": "1",
+}
+
+
+def cpu_overrides(ranks: int) -> list[str]:
+    """verl on this machine's CPU (train.verl.device=cpu), with ``ranks`` FSDP ranks.
+
+    Ray is told of one logical GPU per rank (verl's resource pools always ask for GPUs)
+    and enough logical CPUs for verl's worker bundles (3 CPUs each) beside its TaskRunner,
+    TransferQueue, agent-loop and reward actors, each cut to one process.
+    """
+    return [
+        "trainer.device=cpu",
+        # A Ray of its own, even where RAY_ADDRESS names a cluster (ray.init would join it).
+        "+ray_kwargs.ray_init.address=local",
+        f"+ray_kwargs.ray_init.num_gpus={ranks}",
+        f"ray_kwargs.ray_init.num_cpus={3 * ranks + 6}",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+        *[f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(value)}"
+          for key, value in CPU_ENV.items()],
+    ]
+
+
+def run_id_override(run_id: str) -> str:
+    """Attach verl's MLflow logger to the train stage's run (added at launch only)."""
+    return f"+{_RUNTIME_ENV}.env_vars.MLFLOW_RUN_ID={_hydra_value(run_id)}"
+
+
+def owned_keys(launch: Iterable[str]) -> dict[str, str]:
+    """verl key -> what sets it (a spec parameter, or the catalog), for refusing overrides."""
+    owned = {m.key: f"train.verl.{m.spec}" for m in MAPPING}
+    for override in launch:
+        owned.setdefault(override_key(override), "the catalog / the reward group")
+    return owned
+
+
+def override_key(override: str) -> str:
+    """The dotted key of a Hydra override (``+a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def command_line(overrides: list[str]) -> str:
+    """The equivalent shell command: verl's own entry point with the same overrides."""
+    return shlex.join(["python", "-m", "verl.trainer.main_ppo", *overrides])
+
+
+def spec_values(verl: VerlParams, data: DataParams) -> dict[str, Any]:
+    """Every mapped spec parameter's value, from ``train.verl`` and the shared ``data`` group."""
+    return {**data.model_dump(), **verl.model_dump()}
+
+
+def hydra_overrides(values: dict[str, Any], extra: Iterable[str] = ()) -> list[str]:
+    """Hydra override strings for the mapped spec values, then ``extra`` (``key=value``)."""
+    out, seen = [], set()
+    for m in MAPPING:
+        if m.key in seen:  # two specs' names for one key; preflight checks they agree
+            continue
+        seen.add(m.key)
+        out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(m.verl_value(values[m.spec]))}")
+    return [*out, *extra]
+
+
+def compose_verl_config(overrides: list[str]) -> DictConfig:
+    """verl's ``ppo_trainer`` config from the installed package, with ``overrides`` applied."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def _hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if text.startswith("[") and text.endswith("]"):
+        return text  # a Hydra list, e.g. [q_proj,v_proj]
+    if _BARE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none") and \
+            not _NUMBER.fullmatch(text):
+        return text  # Hydra reads it as this string; quotes would only clutter the command
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,194 @@
+"""The base of every parameter group, and the parameters that follow others.
+
+Each group is a pydantic model whose fields carry their default and help text, so the model
+is its own reference (in the manner of TRL's ``GRPOConfig``) and the one source of every
+default: ``conf/*/parameters*.yml`` set only what a configuration changes, and
+``docs/parameters.md`` is generated from the models. Nodes declare their groups by type
+(``data: DataParams``); Kedro instantiates them from ``params:<group>`` before the run
+starts, and :meth:`ParamGroup.model_validate` words every problem at once, naming the
+parameter, the value given and what is allowed.
+
+Where several parameters mean one thing (a spec name of each trainer for the response length,
+say), :data:`FOLLOWERS` names one owner: the others default to null and then take the owner's
+value; a follower set to a different value is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """One or more parameters are invalid. The message lists each of them."""
+
+
+@dataclass(frozen=True)
+class Follower:
+    """A parameter that means the same as its ``owner`` (both as ``group.name`` paths)."""
+
+    name: str
+    owner: str
+
+
+FOLLOWERS: tuple[Follower, ...] = (
+    Follower("train.verl.rollout_name", "train.verl.ENGINE"),
+    Follower("train.verl.actor_rft_mini_batch_size", "train.verl.actor_ppo_mini_batch_size"),
+    Follower("train.verl.actor_rft_micro_batch_size_per_gpu",
+             "train.verl.actor_ppo_micro_batch_size_per_gpu"),
+    Follower("train.trl.vllm_gpu_memory_utilization",
+             "train.verl.rollout_gpu_memory_utilization"),
+    Follower("train.trl.max_prompt_length", "data.data_max_prompt_length"),
+    Follower("train.trl.max_completion_length", "data.data_max_response_length"),
+    Follower("eval.max_new_tokens", "data.data_max_response_length"),
+    Follower("eval.vllm_gpu_memory_utilization", "train.verl.rollout_gpu_memory_utilization"),
+    Follower("eval.correct_reward", "reward.correct_score"),
+)
+
+
+def follow(name: str, value: Any, owner_value: Any) -> Any:
+    """The value of follower ``name``: its owner's, when it is unset or the same.
+
+    Raises:
+        ConfigError: When it is set to another value than its owner's.
+    """
+    owner = _FOLLOWED[name]
+    if value is None or value == owner_value:
+        return owner_value
+    raise ConfigError(f"{name}={value!r}: leave it unset (null) or equal to {owner} "
+                      f"({owner_value!r}); {owner} sets both")
+
+
+_FOLLOWED = {f.name: f.owner for f in FOLLOWERS}
+
+
+def disagreeing_followers(groups: Mapping[str, Any]) -> list[str]:
+    """Every follower set to another value than its owner, over validated groups."""
+    problems = []
+    for f in FOLLOWERS:
+        value, owner_value = _lookup(groups, f.name), _lookup(groups, f.owner)
+        if value is _ABSENT or owner_value is _ABSENT:
+            continue  # a group this configuration does not have
+        try:
+            follow(f.name, value, owner_value)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def cross_group_problems(groups: Mapping[str, Any]) -> list[str]:
+    """Every rule over two groups that a group alone cannot check: the followers
+    (:func:`disagreeing_followers`) and the overlong buffer inside the response cap."""
+    problems = disagreeing_followers(groups)
+    buffer = _lookup(groups, "reward.overlong_buffer_len")
+    cap = _lookup(groups, "data.data_max_response_length")
+    if _ABSENT not in (buffer, cap) and buffer >= cap:
+        problems.append(f"reward.overlong_buffer_len={buffer}: must be below the response cap "
+                        f"data.data_max_response_length ({cap}); DAPO uses a buffer of a "
+                        "quarter of it or less")
+    return problems
+
+
+_ABSENT = object()
+
+
+def _lookup(groups: Mapping[str, Any], path: str) -> Any:
+    node: Any = groups
+    for part in path.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(part, _ABSENT)
+        else:
+            node = getattr(node, part, _ABSENT)
+        if node is _ABSENT:
+            return _ABSENT
+    return node
+
+
+class ParamGroup(BaseModel):
+    """Base of every parameter group: unknown names are errors; values are checked, frozen.
+
+    ``group`` is where the model lives in ``conf/*/parameters*.yml`` (nested groups are named
+    through their parent). Followers inside one group take their owner's value here.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    group: ClassVar[str] = ""
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """Validate, raising :class:`ConfigError` with every problem named (Kedro shows it)."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, cls, cls.group or cls.__name__)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _follow_owners(cls, values: Any) -> Any:
+        if not cls.group or not isinstance(values, Mapping):
+            return values
+        values, problems = dict(values), []
+        prefix = cls.group + "."
+        for f in FOLLOWERS:
+            if f.name.startswith(prefix) and f.owner.startswith(prefix):
+                own = _value_or_default(cls, values, f.owner.removeprefix(prefix))
+                try:
+                    _update_path(values, f.name.removeprefix(prefix),
+                                 lambda v, own=own, name=f.name: follow(name, v, own))
+                except ConfigError as exc:
+                    problems.append(str(exc))
+        if problems:  # pydantic words it with the input; _describe keeps the message only
+            raise ValueError("\n  - ".join(problems))
+        return values
+
+
+def _value_or_default(model: type[BaseModel], values: dict[str, Any], path: str) -> Any:
+    """The raw value at ``path`` (a.b) of ``values``, else the model's default there."""
+    *parents, leaf = path.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+        values = values.get(part) or {}
+        if isinstance(values, BaseModel):
+            values = values.model_dump()
+    if leaf in values:
+        return values[leaf]
+    return model.model_fields[leaf].get_default(call_default_factory=True)
+
+
+def _update_path(values: dict[str, Any], path: str, update: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = values
+    for part in parents:
+        child = node.get(part) or {}
+        node[part] = child = (child.model_dump(exclude_unset=True)
+                              if isinstance(child, BaseModel) else dict(child))
+        node = child
+    node[leaf] = update(node.get(leaf))
+
+
+def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
+    lines = [f"{exc.error_count()} invalid parameter(s) in '{group}':"]
+    for err in exc.errors():
+        name = ".".join([group, *(str(p) for p in err["loc"])])
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(_nested_model(model, err["loc"][:-1]).model_fields))
+            lines.append(f"  - {name}: unknown parameter (known: {allowed})")
+            continue
+        if err["type"] == "value_error" and isinstance(err.get("input"), Mapping):
+            # a rule over several fields (a follower): its message names them
+            lines.append(f"  - {err['msg'].removeprefix('Value error, ')}")
+            continue
+        lines.append(f"  - {name}={err.get('input')!r}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def _nested_model(model: type[ParamGroup], loc: tuple) -> type[ParamGroup]:
+    for part in loc:
+        annotation = model.model_fields[str(part)].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, ParamGroup)):
+            break
+        model = annotation
+    return model

@@ -1,0 +1,28 @@
+"""The ``merge`` group: a standalone model from the training result."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from rl_pipeline.params.base import ParamGroup
+
+
+class MergeParams(ParamGroup):
+    """Merging the LoRA adapter into the base model (the ``merge`` group)."""
+
+    group: ClassVar[str] = "merge"
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Dtype of the merged weights; auto: the base model's. The merge "
+        "itself computes in float32.")
+    scratch_dir: str | None = Field(
+        None, description="Where the merged folder is built before the catalog moves it into "
+        "place; on the same filesystem as data/ the move is a rename. null: system temp.")
+    verify_probes: list[str] | None = Field(
+        None, description="Prompts whose logits prove merged == base + adapter (null: three "
+        "built-in probes).")
+    registered_model_name: str | None = Field(
+        None, description="Also log the merged model to MLflow (transformers flavour) and "
+        "register it under this name. Off (null) by default: multi-GB uploads are slow.")

@@ -1,0 +1,55 @@
+"""The ``reward`` group: the reward function every engine, the self-test and eval use."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from rl_pipeline.params.base import ParamGroup
+
+
+class CustomRewardFunction(ParamGroup):
+    """verl's ``custom_reward_function`` keys."""
+
+    path: str | None = Field(
+        None, description="A Python file defining the reward function; null for a built-in.")
+    name: str = Field(
+        "compute_score",
+        description="The function's name. Built-ins: compute_score (by data_source: GSM8K "
+        "strict, MATH via math-verify, else verl's default; docs/rewards.md), strict_gsm8k, "
+        "flexible_gsm8k, math_verify_score, gsm8k_format_credit (1.0 for one correct "
+        "'#### <number>' answer, 0.1 for a wrong one in a well-formed response: ended by "
+        "itself, one answer, not repetitive). Signature: (data_source, solution_str, "
+        "ground_truth, extra_info=None) -> float | dict with 'score'; extra_info carries "
+        "response_length, max_response_length and truncated.",
+    )
+
+
+class RewardParams(ParamGroup):
+    """The reward used by evaluation and both trainers (the ``reward`` group)."""
+
+    group: ClassVar[str] = "reward"
+
+    custom_reward_function: CustomRewardFunction = Field(
+        default_factory=CustomRewardFunction, description="The spec's custom_reward_function.")
+    strict: bool = Field(
+        False, description="Fail when the reward function raises; otherwise that sample "
+        "scores 0 and is counted in the metrics (reward_errors).")
+    correct_score: float = Field(
+        1.0, description="A response is correct when its reward is at least this: pass@k, "
+        "maj@k and the eval verdict off GSM8K-style sources, and the reward self-test. The "
+        "built-in rewards pay 1.0 for a correct answer.")
+    overlong_buffer_len: int = Field(
+        0, ge=0, description="DAPO's soft overlong punishment: over the last this many tokens "
+        "before the response cap (data.data_max_response_length) the reward falls linearly, "
+        "from 0 to -overlong_penalty_factor at the cap, so that answers learn to end before "
+        "it. 0: off. Must be below the cap.")
+    overlong_penalty_factor: float = Field(
+        1.0, ge=0, description="The overlong penalty at the response cap (DAPO: 1.0).")
+    self_test: Literal["error", "warn", "off"] = Field(
+        "error", description="Before data_prep publishes prompts and before training: score "
+        "each data source's ground truths written as an ideal response, and a wrong answer. "
+        "'error' fails when golds do not score reward.correct_score or wrong answers score "
+        "as high (on 10% of rows or more), naming the data source, its scorer and example "
+        "rows; 'warn' logs it; 'off' skips it.")

@@ -1,0 +1,56 @@
+"""One verl training run on this CPU, as the train node launches it: ``python -m
+tests.engines.verl.cpu_job <job.json>``. A process of its own, so that a test can SIGKILL it
+(and the Ray it started) mid-run.
+
+The job file names the prompts, the model, the checkpoint folder, the MLflow store and run,
+and the settings; the summary (or the error) goes to ``<job>.out.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rl_pipeline.engines.verl.config import LaunchInputs
+from rl_pipeline.engines.verl.engine import plan_verl, train_verl
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
+
+# Small enough for 2 cores, big enough for GRPO: 4 prompts x 4 completions a step.
+CPU_VERL = {"device": "cpu", "ENGINE": "hf", "trainer_n_gpus_per_node": "auto",
+            "rollout_tensor_model_parallel_size": "auto",
+            "actor_fsdp_config_offload_policy": False, "data_train_batch_size": 4,
+            "rollout_n": 4, "actor_ppo_mini_batch_size": 4,
+            "actor_ppo_micro_batch_size_per_gpu": 4,
+            "rollout_log_prob_micro_batch_size_per_gpu": 4,
+            "ref_log_prob_micro_batch_size_per_gpu": 4, "actor_model_lora_rank": 8,
+            "actor_model_lora_alpha": 16, "trainer_save_freq": 1, "trainer_test_freq": -1,
+            "trainer_val_before_train": False}
+
+
+def main(job_file: str) -> None:
+    import mlflow
+
+    job = json.loads(Path(job_file).read_text())
+    mlflow.set_tracking_uri(job["tracking_uri"])
+    inputs = LaunchInputs(train_files=job["train_files"], val_files=job["val_files"],
+                          model_path=job["model_path"], checkpoints_dir=job["checkpoints"],
+                          tracking_uri=job["tracking_uri"])
+    verl = VerlParams(**{**CPU_VERL, **job["verl"]})
+    reward = RewardParams(self_test="off", custom_reward_function=job["reward"])
+    plan = plan_verl(verl, DataParams(data_max_response_length=32), reward, inputs,
+                     gpus_visible=0, training=True, train_rows=16)
+    out = Path(job_file + ".out.json")
+    try:
+        run = train_verl(plan.overrides, job["run_id"],
+                         max_probs_diff=verl.rollout_max_probs_diff,
+                         min_probs_pearson=verl.rollout_min_probs_pearson)
+    except Exception as exc:  # the test reads what stopped it
+        out.write_text(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+        raise
+    out.write_text(json.dumps({"summary": run.summary, "history": run.history}, default=str))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,96 @@
+"""The verl engine's export: its newest FSDP checkpoint, converted by verl's own model merger,
+as a training result that merge takes without knowing verl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rl_pipeline.engines.verl.checkpoint import export_result
+from rl_pipeline.params import MergeParams
+from rl_pipeline.pipelines.merge.nodes import merge_model
+from rl_pipeline.training_result import RECORD, TrainingResult
+from tests.verl_inputs import verl_checkpoint
+
+
+def test_a_full_fine_tuning_checkpoint_exports_a_verified_whole_model(tiny_model_dir,
+                                                                      tmp_path) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    actor, state = verl_checkpoint(tiny_model_dir, checkpoints)
+    out = export_result(checkpoints, tmp_path / "scratch", {"mlflow_run_id": "abc123"})
+
+    result = TrainingResult.read(out)
+    assert (result.kind, result.engine, result.source) == ("hf_model", "verl", str(actor))
+    assert result.checks == {"method": "verl.model_merger test", "passed": True}
+    assert result.run == {"mlflow_run_id": "abc123"}
+    exported = AutoModelForCausalLM.from_pretrained(str(out))
+    for key, value in exported.state_dict().items():
+        assert value.dtype == torch.bfloat16  # verl's merger saves bfloat16
+        assert torch.equal(value, state[key].to(torch.bfloat16)), key
+    assert not list((tmp_path / "scratch").glob(".convert-*"))
+
+    # Merge takes it by its record alone: a checked copy, with the export's figures kept.
+    path, metadata, _ = merge_model(str(out), str(tiny_model_dir),
+                                    MergeParams(scratch_dir=str(tmp_path / "scratch")))
+    assert metadata["kind"] == "hf_model" and metadata["checkpoint"] == str(actor)
+    assert metadata["export_checks"]["passed"] and metadata["verification"]["passed"]
+    assert metadata["training_run"] == {"mlflow_run_id": "abc123"}
+    merged = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    key = next(iter(state))
+    assert torch.equal(merged[key], state[key].to(torch.bfloat16))
+    assert not (Path(path) / RECORD).exists()  # the record stays with the result
+
+
+def test_export_without_a_checkpoint_says_what_to_set(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="trainer_save_freq"):
+        export_result(tmp_path, tmp_path / "scratch", {})
+    assert not list((tmp_path / "scratch").glob(".training-result-*"))
+
+
+def test_a_conversion_that_differs_from_its_shards_is_refused(tiny_model_dir, tmp_path,
+                                                               monkeypatch) -> None:
+    """verl's own ``model_merger test`` compares the converted folder with the shards; a
+    conversion it rejects leaves no result behind."""
+    from rl_pipeline.engines.verl import checkpoint
+
+    checkpoints = tmp_path / "checkpoints"
+    verl_checkpoint(tiny_model_dir, checkpoints)
+    convert = checkpoint.convert_fsdp_checkpoint
+
+    def corrupting(actor, out):  # the merger's output, one weight changed afterwards
+        from safetensors.torch import load_file, save_file
+
+        folder = convert(actor, out)
+        weights = load_file(folder / "model.safetensors")
+        name = next(iter(weights))
+        weights[name] = weights[name] + 1
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+        return folder
+
+    monkeypatch.setattr(checkpoint, "convert_fsdp_checkpoint", corrupting)
+    with pytest.raises(checkpoint.ConversionError, match="does not match its shards"):
+        export_result(checkpoints, tmp_path / "scratch", {})
+    assert not [p for p in (tmp_path / "scratch").iterdir() if p.name.startswith(".training")]
+
+
+def test_a_folder_without_its_record_is_refused_by_merge(tiny_model_dir, tmp_path) -> None:
+    from rl_pipeline.training_result import TrainingResultError
+
+    with pytest.raises(TrainingResultError, match=f"{RECORD}: missing"):
+        merge_model(str(tiny_model_dir), str(tiny_model_dir), MergeParams())
+    folder = tmp_path / "result"
+    folder.mkdir()
+    (folder / RECORD).write_text(json.dumps({"format": 1, "kind": "lora", "engine": "verl",
+                                             "run": {}}))
+    with pytest.raises(TrainingResultError, match="field 'kind' is 'lora'; expected one of "
+                                                  "peft_adapter, hf_model"):
+        merge_model(str(folder), str(tiny_model_dir), MergeParams())
+    (folder / RECORD).write_text(json.dumps({"format": 1, "kind": "peft_adapter",
+                                             "engine": "verl", "run": {}}))
+    with pytest.raises(TrainingResultError, match="kind peft_adapter, but .* has no "
+                                                  "adapter_config.json"):
+        merge_model(str(folder), str(tiny_model_dir), MergeParams())

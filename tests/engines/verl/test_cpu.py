@@ -1,0 +1,240 @@
+"""verl's own trainer on this CPU (train.verl.device=cpu, rl_pipeline.engines.verl.cpu).
+
+The slow tests run verl's real ``run_ppo`` (driver, TaskRunner, trainer loop, agent loop,
+reward loop, GRPO advantage, FSDP2 + LoRA update, weight sync, checkpoints) on a tiny Qwen2
+in a process of their own: a run SIGKILLed mid-way resumes through verl's own resume, the
+adapter it trained merges, and a rollout that never receives the adapter is caught by the
+rollout-policy check from verl's own metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+from rl_pipeline.engines.problems import PreflightError
+from rl_pipeline.engines.verl.checkpoint import export_result
+from rl_pipeline.engines.verl.config import CPU_MODULE
+from rl_pipeline.engines.verl.engine import plan_verl
+from rl_pipeline.engines.verl.rollout_check import (
+    RolloutPolicyError,
+    StepAgreement,
+    check_rollout_policy,
+)
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
+from tests.conftest import PROJECT_ROOT
+from tests.engines.verl.cpu_job import CPU_VERL
+from tests.verl_inputs import SMALL, verl_prompts
+
+# A reward that varies within each group of a random model's answers: longer pays more.
+LENGTH_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                 "    return min(len(solution_str), 200) / 200\n")
+# Large enough that one step moves a 100k-parameter model's LoRA measurably.
+LEARNING_RATE = 0.1
+
+
+def test_the_verl_internals_the_cpu_mode_leans_on_are_where_it_expects() -> None:
+    from rl_pipeline.engines.verl import cpu as verl_cpu
+
+    assert verl_cpu.check_verl_internals() == []
+    assert CPU_MODULE == verl_cpu.__name__  # the module every Ray process imports
+    from verl.workers.rollout.base import get_rollout_class
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    assert get_rollout_class("hf", "async") is verl_cpu.HFServerAdapter
+    assert get_rollout_replica_class("hf") is verl_cpu.HFReplica
+
+
+def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
+    bad = VerlParams(**{**SMALL, "device": "cpu", "ENGINE": "vllm", "trainer_nnodes": 2,
+                        "algorithm_adv_estimator": "gae", "actor_model_lora_rank": 0,
+                        "rollout_tensor_model_parallel_size": 2})
+    with pytest.raises(PreflightError) as failure:
+        plan_verl(bad, DataParams(), RewardParams(), inputs, gpus_visible=0, training=True,
+                  train_rows=16)
+    message = str(failure.value)
+    for expected in ("train.verl.ENGINE='vllm': hf with device: cpu",
+                     "train.verl.algorithm_adv_estimator='gae'",
+                     "train.verl.actor_model_lora_rank=0: at least 1 with device: cpu",
+                     "train.verl.actor_fsdp_config_offload_policy=True: false with device: cpu",
+                     "train.verl.trainer_nnodes=2: 1 with device: cpu",
+                     "train.verl.rollout_tensor_model_parallel_size=2"):
+        assert expected in message, message
+    # On a GPU machine's configuration the transformers rollout is refused.
+    with pytest.raises(PreflightError, match="hf only with device: cpu"):
+        plan_verl(VerlParams(**{**SMALL, "ENGINE": "hf"}), DataParams(), RewardParams(),
+                  inputs, gpus_visible=0, training=False, train_rows=16)
+
+
+def test_a_log_prob_micro_batch_that_does_not_divide_each_gpus_share_is_refused(
+        inputs) -> None:
+    """verl asserts it only after the first rollout (workers/engine/utils.py): found by the
+    first CPU run, where 4 prompts x 4 samples met the spec's micro-batch of 20."""
+    verl = VerlParams(**{**CPU_VERL, "rollout_log_prob_micro_batch_size_per_gpu": 20,
+                         "ref_log_prob_micro_batch_size_per_gpu": 3})
+    with pytest.raises(PreflightError) as failure:
+        plan_verl(verl, DataParams(), RewardParams(), inputs, gpus_visible=0, training=True,
+                  train_rows=16)
+    message = str(failure.value)
+    assert ("rollout_log_prob_micro_batch_size_per_gpu=20: a divisor of each GPU's share of "
+            "the step's batch, 16") in message
+    assert "ref_log_prob_micro_batch_size_per_gpu=3" in message
+    # Without a reference (no KL), its micro-batch is not used and not checked.
+    plan_verl(VerlParams(**{**CPU_VERL, "ref_log_prob_micro_batch_size_per_gpu": 3,
+                            "actor_use_kl_loss": False}),
+              DataParams(), RewardParams(), inputs, gpus_visible=0, training=True,
+              train_rows=16)
+
+
+def test_the_rollout_policy_check_reads_both_views_of_verls_metric() -> None:
+    same = [StepAgreement(1, 3e-5, 0.9993), StepAgreement(2, 4e-5, 0.985)]
+    summary = check_rollout_policy(same, 0.05, 0.9, "ckpt")
+    assert summary == {"checked_steps": 2, "max_probs_diff": 4e-5, "max_probs_diff_step": 2,
+                       "min_pearson": 0.985}
+    # A flat distribution: the mean gap stays small, the correlation falls.
+    flat = [StepAgreement(1, 4e-5, 0.9993), StepAgreement(2, 8e-4, 0.37)]
+    with pytest.raises(RolloutPolicyError, match=r"at 1 of 2 steps .*step 2: mean gap "
+                       r"0.0008, pearson 0.370.*LoRA adapter never reached the rollout"):
+        check_rollout_policy(flat, 0.05, 0.9, "ckpt")
+    peaked = [StepAgreement(1, 0.2, None)]
+    with pytest.raises(RolloutPolicyError, match="rollout_max_probs_diff=0.05"):
+        check_rollout_policy(peaked, 0.05, None, "ckpt")
+    assert check_rollout_policy(flat, None, None, "ckpt")["checked_steps"] == 2
+    assert check_rollout_policy([StepAgreement(1, math.nan)], 0.05, 0.9, "c") == {
+        "checked_steps": 0, "max_probs_diff": None}
+
+
+@pytest.fixture(scope="module")
+def cpu_bed(tmp_path_factory, tiny_model_dir) -> dict:
+    root = tmp_path_factory.mktemp("verl_cpu")
+    (root / "reward.py").write_text(LENGTH_REWARD)
+    uri = f"sqlite:///{root}/mlflow.db"
+    return {"root": root, "tracking_uri": uri, "model_path": str(tiny_model_dir),
+            "train_files": verl_prompts(root / "train.parquet", 16, "train"),
+            "val_files": verl_prompts(root / "val.parquet", 6, "test"),
+            "reward": {"path": str(root / "reward.py"), "name": "score"}}
+
+
+def _client(uri: str) -> mlflow.MlflowClient:
+    # A client of its own: the fluent API's active experiment would outlive this module.
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
+def _new_run(uri: str, name: str) -> str:
+    client = _client(uri)
+    experiment = client.get_experiment_by_name("verl_cpu")
+    experiment_id = (experiment.experiment_id if experiment
+                     else client.create_experiment("verl_cpu"))
+    run = client.create_run(experiment_id, run_name=name)
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def _job(bed: dict, name: str, checkpoints: Path, **verl) -> tuple[Path, str]:
+    run_id = _new_run(bed["tracking_uri"], name)
+    job = bed["root"] / f"{name}.json"
+    job.write_text(json.dumps({
+        **{k: bed[k] for k in ("tracking_uri", "model_path", "train_files", "val_files",
+                               "reward")},
+        "checkpoints": str(checkpoints), "run_id": run_id,
+        "verl": {"actor_optim_lr": LEARNING_RATE, **verl}}))
+    return job, run_id
+
+
+def _start(job: Path) -> subprocess.Popen:
+    log = open(f"{job}.log", "w")  # noqa: SIM115 (the process writes it)
+    # A session of its own: the kill takes verl's Ray (raylet, GCS, actors) with it.
+    return subprocess.Popen([sys.executable, "-m", "tests.engines.verl.cpu_job", str(job)],
+                            cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _history(uri: str, run_id: str, key: str) -> dict[int, float]:
+    return {m.step: m.value for m in _client(uri).get_metric_history(run_id, key)}
+
+
+def _newest(checkpoints: Path) -> int:
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    return int(marker.read_text().strip()) if marker.exists() else 0
+
+
+@pytest.mark.slow
+def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
+                                                                     tmp_path) -> None:
+    from rl_pipeline.merge.standalone import make_standalone_model
+    from rl_pipeline.params import MergeParams
+
+    checkpoints = cpu_bed["root"] / "checkpoints"
+    steps = 3
+    first, first_run = _job(cpu_bed, "killed", checkpoints, total_training_steps=steps)
+    process = _start(first)
+    deadline = time.monotonic() + 600
+    while _newest(checkpoints) < 1 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, Path(f"{first}.log").read_text()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)  # verl's driver, its Ray and every actor
+    process.wait()
+    killed_at = _newest(checkpoints)
+    assert 1 <= killed_at < steps
+
+    second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps)
+    rerun = _start(second)
+    assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
+    summary = json.loads(Path(f"{second}.out.json").read_text())["summary"]
+    assert summary["resumed_from_step"] == killed_at and summary["steps"] == steps
+    # verl's own metrics: the killed attempt logged the steps it finished, the rerun the
+    # rest, each once: nothing redone, nothing skipped.
+    first_steps = set(_history(cpu_bed["tracking_uri"], first_run, "critic/score/mean"))
+    assert first_steps <= set(range(1, killed_at + 2))
+    rerun_metrics = {key: _history(cpu_bed["tracking_uri"], second_run, key) for key in (
+        "critic/score/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/step",
+        "training/rollout_probs_diff_mean")}
+    for key, history in rerun_metrics.items():
+        assert set(history) == set(range(killed_at + 1, steps + 1)), (key, history)
+        assert all(math.isfinite(v) for v in history.values()), (key, history)
+    # The rollout sampled the trained policy (the check passed and says so).
+    assert summary["rollout_policy"]["checked_steps"] == steps - killed_at
+    assert summary["rollout_policy"]["min_pearson"] >= 0.9
+
+    # verl's checkpoint -> the adapter (verl's model merger) -> a merged, verified model.
+    adapter = export_result(checkpoints, tmp_path / "scratch", summary)
+    from safetensors.torch import load_file
+
+    tensors = load_file(adapter / "adapter_model.safetensors")
+    lora_b = [t for name, t in tensors.items() if "lora_B" in name]
+    assert lora_b and any(t.abs().max() > 0 for t in lora_b)  # B starts at zero: trained
+    merged = make_standalone_model(str(adapter), cpu_bed["model_path"],
+                                   MergeParams(scratch_dir=str(tmp_path / "scratch")))
+    assert merged.metadata["verification"]["passed"]
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(cpu_bed["model_path"]).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(merged.path).state_dict()
+    assert any(not torch.allclose(base[k].float(), after[k].float()) for k in base
+               if "proj" in k)
+
+
+@pytest.mark.slow
+def test_a_rollout_without_the_trained_adapter_is_caught(cpu_bed) -> None:
+    """The sabotage verl's vLLM server commits when the adapter is not listed: generation
+    with the base model. verl's metrics show it one step later; the run fails, naming it."""
+    job, _ = _job(cpu_bed, "sabotaged", cpu_bed["root"] / "sabotaged", total_training_steps=2,
+                  overrides=["+actor_rollout_ref.rollout.custom.cpu_rollout.sync_adapter="
+                             "false"])
+    process = _start(job)
+    assert process.wait(timeout=600) != 0
+    result = json.loads(Path(f"{job}.out.json").read_text())
+    assert result["error"] == "RolloutPolicyError", result
+    assert "step 2" in result["message"] and "pearson" in result["message"]
+    assert "LoRA adapter never reached the rollout" in result["message"]
