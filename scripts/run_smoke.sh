@@ -41,13 +41,13 @@ cd "$work/rl_pipeline"
 export KEDRO_DISABLE_TELEMETRY=true PATH="$kit/venv/bin:$PATH"
 model="$work/model"
 kedro() { "$venv_python" -m kedro "$@"; }
-kedro run --env smoke --pipeline data_prep --params "base_model=$model"
-kedro run --env smoke --pipeline preflight --params "base_model=$model"
+kedro run --env smoke --pipelines data_prep --params "base_model=$model"
+kedro run --env smoke --pipelines preflight --params "base_model=$model"
 if [[ ${STOP_AFTER:-} == preflight ]]; then
     echo "run_smoke: stopped after the preflight (STOP_AFTER=preflight)"
     exit 0
 fi
 for stage in train merge eval; do
-    kedro run --env smoke --pipeline "$stage" --params "base_model=$model"
+    kedro run --env smoke --pipelines "$stage" --params "base_model=$model"
 done
 echo "run_smoke: done; reports in $work/rl_pipeline/data/08_reporting, runs in mlflow.db"

@@ -28,4 +28,4 @@ python=${PYTHON:-.venv/bin/python}
 env=${KEDRO_ENV:-$(nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)}
 
 echo "$(date '+%Y-%m-%d %H:%M:%S') scheduled run of $stage (kedro env $env) in $PWD"
-exec "$python" -m kedro run --pipeline "$stage" --env "$env" "$@"
+exec "$python" -m kedro run --pipelines "$stage" --env "$env" "$@"

@@ -1,8 +1,11 @@
-"""`kedro run` splits a request for several whole stages into one session per stage."""
+"""`kedro run` splits a request for several whole stages into one session per stage, and
+names the --params item and the quoting that works where Kedro would fail with a YAML error."""
 
 from __future__ import annotations
 
-from rl_pipeline.cli import stages_to_run
+from click.testing import CliRunner
+
+from rl_pipeline.cli import run, stages_to_run
 from rl_pipeline.pipeline_registry import STAGES
 
 
@@ -20,3 +23,47 @@ def test_one_stage_other_pipelines_and_node_filters_run_as_kedro_does() -> None:
     assert stages_to_run(None, [], {"from_nodes": ["merge_model_node"]}) is None
     assert stages_to_run(None, [], {"tags": ("x",), "node_names": ()}) is None
     assert stages_to_run(None, [], {"tags": (), "node_names": ()}) == list(STAGES)
+
+
+def _params(monkeypatch, value: str):
+    """`kedro run --params value` up to the run itself: the exit code, stderr and the
+    parameters the run would get."""
+    seen: dict = {}
+    monkeypatch.setattr("rl_pipeline.cli._run_stages", lambda **options: seen.update(options))
+    result = CliRunner().invoke(run, ["--pipelines", "data_prep", "--params", value])
+    return result.exit_code, result.stderr, seen.get("params")
+
+
+def test_a_params_value_that_is_not_yaml_names_the_item_and_the_quoting_that_works(
+        monkeypatch) -> None:
+    code, stderr, params = _params(monkeypatch, "data_prep.seed=3,"
+                                   "data_prep.prompt_template={Body} {Question}")
+    assert code == 2 and params is None  # a usage error: nothing runs
+    assert ("Error: Invalid value for '--params': data_prep.prompt_template={Body} {Question}: "
+            "Kedro reads each --params value as YAML, and '{' starts a YAML mapping; this one "
+            "is not YAML (expected '<document start>', but found '{' at column 8). For the "
+            "text as it is, quote the value inside the shell's quotes: --params "
+            """'data_prep.prompt_template="{Body} {Question}"'""") in stderr
+    # ... and that quoting gives the template as text.
+    code, stderr, params = _params(monkeypatch, 'data_prep.prompt_template="{Body} {Question}"')
+    assert code == 0 and params == {"data_prep": {"prompt_template": "{Body} {Question}"}}
+    assert stderr == ""
+
+
+def test_a_comma_in_a_params_value_is_named(monkeypatch) -> None:
+    code, stderr, _ = _params(monkeypatch, "data_prep.prompt_template={Body}, {Question}")
+    assert code == 2
+    assert "--params splits its value at every comma, quoted or not, and '{Question}' has " \
+           "no key=" in stderr
+
+
+def test_a_params_value_read_as_a_mapping_by_accident_is_warned_of(monkeypatch) -> None:
+    code, stderr, params = _params(monkeypatch, "data_prep.prompt_template=Solve: {question}")
+    assert code == 0  # it may be meant; validation refuses it if the parameter takes text
+    assert params == {"data_prep": {"prompt_template": {"Solve": {"question": None}}}}
+    assert ("Kedro reads the value as YAML, which makes it the mapping {'Solve': {'question': "
+            "None}}. For the text, quote it: --params "
+            """'data_prep.prompt_template="Solve: {question}"'""") in stderr
+    code, stderr, params = _params(monkeypatch, "data_prep.seed=7,train.x={a: 1}")
+    assert code == 0 and stderr == "" and params == {"data_prep": {"seed": 7},
+                                                     "train": {"x": {"a": 1}}}

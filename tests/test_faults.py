@@ -43,7 +43,7 @@ def trained(tmp_path_factory, tiny_model_dir) -> tuple[Path, str]:
     project = make_project(tmp_path_factory.mktemp("faults"))
     params = f"base_model={tiny_model_dir},{TRAIN},{EVAL}"
     for stage in ("data_prep", "train"):
-        _ok(kedro_run(project, "--pipeline", stage, "--params", params))
+        _ok(kedro_run(project, "--pipelines", stage, "--params", params))
     return project, params
 
 
@@ -54,7 +54,7 @@ def _load(project: Path, monkeypatch, name: str):
 
 def _kill_at(project: Path, stage: str, params: str, point: str) -> str:
     """Run ``stage`` until ``point``, SIGKILL it there; where it stopped."""
-    with StoppedRun(project, kedro_command("--pipeline", stage, "--params", params),
+    with StoppedRun(project, kedro_command("--pipelines", stage, "--params", params),
                     stop_at=point) as run:
         run.kill()
     return run.point
@@ -86,7 +86,7 @@ def test_data_prep_killed_mid_save_leaves_every_version_loadable(trained, monkey
         for name, frame in before.items():  # each loads whole: the earlier or the new one
             pd.testing.assert_frame_equal(_load(project, monkeypatch, name), frame)
         assert ".partial" not in _load(project, monkeypatch, "train_prompts_file")
-    _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params))
+    _ok(kedro_run(project, "--pipelines", "data_prep", "--params", params))
     for name, frame in before.items():
         pd.testing.assert_frame_equal(_load(project, monkeypatch, name), frame)
     _killed_runs_are_marked(project, "data_prep", killed=2)
@@ -107,7 +107,7 @@ def test_merge_killed_mid_save_never_leaves_a_model_that_loads(trained, monkeypa
     assert not work_dir.exists()  # the second run cleared what the first left
     staged = list(project.glob("data/06_models/merged_model/*/.merged_model.*.partial"))
     assert staged
-    _ok(kedro_run(project, "--pipeline", "merge", "--params", params))
+    _ok(kedro_run(project, "--pipelines", "merge", "--params", params))
     assert not any(p.exists() for p in staged)
     merged = Path(_load(project, monkeypatch, "merged_model"))
     from transformers import AutoModelForCausalLM
@@ -125,7 +125,7 @@ def test_eval_killed_mid_save_then_rerun_reports_whole_results(trained, monkeypa
         _kill_at(project, "eval", params, point)
         with pytest.raises(DatasetError):  # no metrics file, not a truncated one
             _load(project, monkeypatch, "eval_metrics")
-    _ok(kedro_run(project, "--pipeline", "eval", "--params", params))
+    _ok(kedro_run(project, "--pipelines", "eval", "--params", params))
     metrics = _load(project, monkeypatch, "eval_metrics")
     generations = _load(project, monkeypatch, "eval_generations")
     assert metrics["base"]["prompts"] == 2
@@ -140,10 +140,10 @@ def test_two_data_prep_runs_at_once_write_two_intact_versions(tmp_path, tiny_mod
     # The first run stops with its prompts written but not yet in place; the second runs
     # from start to end meanwhile; then the first goes on. GSM8K (conf/base): files of
     # thousands of rows, not conf/cpu's 600 additions.
-    with StoppedRun(project, kedro_command("--pipeline", "data_prep", "--params", params,
+    with StoppedRun(project, kedro_command("--pipelines", "data_prep", "--params", params,
                                            env=None),
                     stop_at="rename:*/train_prompts.parquet/*/train_prompts.parquet") as first:
-        _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params, env=None))
+        _ok(kedro_run(project, "--pipelines", "data_prep", "--params", params, env=None))
         _ok(first.resume())
 
     _, runs = mlflow_runs(project)
@@ -162,12 +162,12 @@ def test_full_disk_and_read_only_folder_fail_clearly_and_keep_earlier_versions(
     project = make_project(tmp_path)
     params = f"base_model={tiny_model_dir}"
     with tmpfs(project / "data/05_model_input", "16m") as folder:
-        _ok(kedro_run(project, "--pipeline", "data_prep", "--params", params))
+        _ok(kedro_run(project, "--pipelines", "data_prep", "--params", params))
         before = _load(project, monkeypatch, "train_prompts")
         fill(folder)
-        full = kedro_run(project, "--pipeline", "data_prep", "--params", params)
+        full = kedro_run(project, "--pipelines", "data_prep", "--params", params)
         remount_read_only(folder)
-        read_only = kedro_run(project, "--pipeline", "data_prep", "--params", params)
+        read_only = kedro_run(project, "--pipelines", "data_prep", "--params", params)
         for result, problem in ((full, "the disk is full"),
                                 (read_only, "the file system is read-only")):
             assert result.returncode != 0

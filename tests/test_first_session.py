@@ -35,7 +35,7 @@ def test_the_first_session_is_the_smoke_configuration_in_a_venv() -> None:
     assert "make install" in lines  # the venv and the lock, not a bare pip install
     assert not any(re.search(r"\bpip install\b", line) for line in lines)
     kedro = [line for line in lines if "kedro run " in line]
-    assert [re.search(r"--pipeline (\w+)", k)[1] for k in kedro] == [
+    assert [re.search(r"--pipelines (\w+)", k)[1] for k in kedro] == [
         "data_prep", "preflight", "train", "merge", "eval"]
     assert all("--env smoke" in k and k.startswith(".venv/bin/kedro") for k in kedro)
 
@@ -51,7 +51,7 @@ def test_the_first_session_runs_as_written_through_preflight(tmp_path, tiny_mode
     os.symlink(PROJECT_ROOT / ".venv", project / ".venv")
     lines = first_session()
     start = lines.index("make install")
-    stop = next(i for i, line in enumerate(lines) if "--pipeline preflight" in line)
+    stop = next(i for i, line in enumerate(lines) if "--pipelines preflight" in line)
     script = "\n".join(["set -euo pipefail", *lines[start:stop + 1]])
     # MODEL is the docs' offline case: a local folder (the docs' export sets the hub id).
     script = script.replace("export MODEL=Qwen/Qwen2.5-0.5B-Instruct",

@@ -58,6 +58,7 @@ def _project_copy(tmp_path: Path, old: str, new: str) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 @needs_uv
 def test_the_lock_matches_pyproject():
     proc = _check()
@@ -78,6 +79,7 @@ def test_the_check_fails_when_our_pins_conflict_with_verl_vllm(tmp_path):
     assert "transformers>=5.10" in proc.stderr
 
 
+@pytest.mark.slow
 @needs_uv
 def test_the_check_fails_when_the_lock_is_stale(tmp_path):
     project = _project_copy(tmp_path, '"math-verify>=0.7"', '"math-verify==0.8.0"')
@@ -179,6 +181,7 @@ def _fake_wheel(folder: Path, name: str, version: str, payload: bytes) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_wheelhouse_parts_install_offline_and_a_missing_part_is_refused(tmp_path, monkeypatch):
     made = tmp_path / "made"
     made.mkdir()

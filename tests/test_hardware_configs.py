@@ -17,7 +17,8 @@ from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.config import LaunchInputs
-from rl_pipeline.engines.verl.engine import plan_verl, tracking_uri_for_workers
+from rl_pipeline.engines.verl.engine import tracking_uri_for_workers
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.engines.verl.preflight import Hardware
 from rl_pipeline.hooks import WholeConfigurationHook
 from rl_pipeline.params import DataParams, RewardParams
@@ -81,6 +82,7 @@ def _plan(env: str, inputs: LaunchInputs) -> Any:
                      train_rows=GSM8K_TRAIN_ROWS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,
                                                             in_project) -> None:
@@ -99,6 +101,7 @@ def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,
             TRACKING_SERVER
 
 
+@pytest.mark.slow
 def test_multinode_refuses_to_start_without_a_tracking_server(inputs, in_project,
                                                               monkeypatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
@@ -135,5 +138,5 @@ def test_every_file_of_an_environment_says_its_hardware_memory_and_launch(env) -
         assert "GPU" in header, f"{path}: no hardware"
         assert re.search(r"\d+ GB", header), f"{path}: no GPU memory figure"
     parameters = _header(PROJECT_ROOT / "conf" / env / "parameters.yml")
-    for what in ("Hardware:", "Expected GPU memory", "Trains:", "--pipeline train"):
+    for what in ("Hardware:", "Expected GPU memory", "Trains:", "--pipelines train"):
         assert what in parameters, f"conf/{env}/parameters.yml: no {what!r}"

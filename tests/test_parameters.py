@@ -107,13 +107,14 @@ def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None
     assert f"{follower.name}={other!r}" in message and follower.owner in message, message
 
 
+@pytest.mark.slow
 def test_kedro_validates_the_groups_and_followers_before_any_node_runs(tmp_path) -> None:
     project = make_project(tmp_path)
-    typo = kedro_run(project, "--pipeline", "data_prep", "--params",
+    typo = kedro_run(project, "--pipelines", "data_prep", "--params",
                      "train.trl.learning_rat=0.1")
     assert typo.returncode != 0
     assert "train.trl.learning_rat: unknown parameter" in typo.stdout + typo.stderr
-    disagree = kedro_run(project, "--pipeline", "data_prep", "--params",
+    disagree = kedro_run(project, "--pipelines", "data_prep", "--params",
                          "eval.max_new_tokens=5")
     assert disagree.returncode != 0
     output = disagree.stdout + disagree.stderr

@@ -57,7 +57,7 @@ def smollm2_tokenizer(smollm2_dir):
 def default_run(tmp_path_factory) -> Path:
     """data_prep of the base configuration (GSM8K), SmolLM2's tokenizer counting tokens."""
     project = make_project(tmp_path_factory.mktemp("default"))
-    result = kedro_run(project, "--pipeline", "data_prep", "--params", SMOLLM2, env=None)
+    result = kedro_run(project, "--pipelines", "data_prep", "--params", SMOLLM2, env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return project
 
@@ -101,7 +101,7 @@ def test_default_run_is_tracked_in_mlflow(default_run) -> None:
 
 
 def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path) -> None:
-    result = kedro_run(default_run, "--pipeline", "preflight", "--params", SMOLLM2, env=None)
+    result = kedro_run(default_run, "--pipelines", "preflight", "--params", SMOLLM2, env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reporting = default_run / "data/08_reporting"
     report = json.loads((reporting / "preflight_report.json").read_text())
@@ -135,7 +135,7 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
 
 
 def test_training_with_verl_on_a_cpu_stops_in_preflight(default_run) -> None:
-    result = kedro_run(default_run, "--pipeline", "train", "--params", SMOLLM2, env=None)
+    result = kedro_run(default_run, "--pipelines", "train", "--params", SMOLLM2, env=None)
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "verl needs 8 CUDA GPU(s) per node" in output and "this machine has 0" in output
@@ -148,7 +148,7 @@ def test_small_prompt_limit_drops_exactly_the_overlong_rows(tmp_path, smollm2_to
     from rl_pipeline.data.prompts import chat_messages
 
     project = make_project(tmp_path)
-    result = kedro_run(project, "--pipeline", "data_prep",
+    result = kedro_run(project, "--pipelines", "data_prep",
                        "--params", f"{SMOLLM2},data.data_max_prompt_length=100", env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((project / "data/08_reporting/data_prep_report.json").read_text())
@@ -172,12 +172,12 @@ def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
                                                                        tiny_model_dir) -> None:
     project = make_project(tmp_path)
     model = f"base_model={tiny_model_dir}"
-    first = kedro_run(project, "--pipeline", "data_prep", "--params", model, env=None)
+    first = kedro_run(project, "--pipelines", "data_prep", "--params", model, env=None)
     assert first.returncode == 0, first.stderr[-3000:]
     before = sorted(glob.glob(str(project / "data/05_model_input/*/*/*.parquet")))
     assert len(before) == 2
 
-    failed = kedro_run(project, "--pipeline", "data_prep", "--params",
+    failed = kedro_run(project, "--pipelines", "data_prep", "--params",
                        f"{model},data.data_max_prompt_length=150,"
                        "data.data_filter_overlong_prompts=false,data.data_truncation=error",
                        env=None)
@@ -196,7 +196,7 @@ def test_truncation_error_fails_naming_rows_and_keeps_earlier_versions(tmp_path,
 
 def test_bad_parameter_stops_the_run_before_any_node(tmp_path) -> None:
     project = make_project(tmp_path)
-    result = kedro_run(project, "--pipeline", "data_prep", "--params",
+    result = kedro_run(project, "--pipelines", "data_prep", "--params",
                        "data.data_truncation=sideways,data_prep.on_bad_record=ignore")
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
@@ -291,7 +291,7 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
 
     # The train stage again, unchanged: the same identity, complete, so nothing is trained;
     # its run says so and names the run whose weights it re-exports.
-    rerun = kedro_run(project, "--pipeline", "train", "--params", SHORT)
+    rerun = kedro_run(project, "--pipelines", "train", "--params", SHORT)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     _, runs = mlflow_runs(project)
     first, again = [r.data.tags for r in runs if r.info.run_name == "train"]

@@ -21,7 +21,7 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
                                                                   tiny_model_dir) -> None:
     project = make_project(tmp_path)
     model = f"base_model={tiny_model_dir}"
-    assert kedro_run(project, "--pipeline", "data_prep", "--params", model).returncode == 0
+    assert kedro_run(project, "--pipelines", "data_prep", "--params", model).returncode == 0
     params = ["--params", f"{model},eval.max_prompts=2,data.data_max_response_length=4"]
     # A scheduled eval, stopped while it writes its generations: it holds the eval lock.
     with StoppedRun(project, scheduled_command("eval", *params),
@@ -34,7 +34,7 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
         assert "Running node" not in message
 
         # A run by hand is not refused: it warns and writes its own versions.
-        by_hand = run_command(project, kedro_command("--pipeline", "eval", *params))
+        by_hand = run_command(project, kedro_command("--pipelines", "eval", *params))
         assert by_hand.returncode == 0, by_hand.stderr[-3000:]
         assert "a scheduled run of stage eval is running in this project" in " ".join(
             (by_hand.stdout + by_hand.stderr).split())

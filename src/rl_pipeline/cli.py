@@ -15,19 +15,31 @@ unchanged. Kedro lets a project's ``cli.py`` override a built-in command this wa
 A scheduled run refused because the same stage is already running in this project
 (:mod:`rl_pipeline.stage_lock`) exits with status 75 (EX_TEMPFAIL), so a scheduler can tell
 it from a failure.
+
+A user error (:mod:`rl_pipeline.errors`: a bad parameter, record or file) prints its message,
+``Error: ...``, and exits with status 1, without the traceback; any other exception keeps
+its traceback. A ``--params`` value that is not YAML (a prompt template without quotes) is
+a usage error (status 2) that names the item and the quoting that works.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import shlex
 import uuid
 from typing import Any
 
 import click
 import mlflow
+import yaml
 from kedro.framework.cli.project import run as kedro_run
+from kedro.framework.cli.utils import _split_params as kedro_split_params
+from kedro.framework.cli.utils import split_string
+from omegaconf import OmegaConf
 
+from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user_message
 from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
 from rl_pipeline.stage_lock import LOCKED_EXIT_CODE, StageLockedError
@@ -57,12 +69,26 @@ def stages_to_run(pipeline: str | None, pipelines: list[str] | tuple[str, ...],
     return [stage for stage in STAGES if stage in expanded]
 
 
+class UserErrorExit(click.ClickException):
+    """A user error's message, printed as click prints its own errors (``Error: ...`` on
+    stderr, status 1), with how to see the traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.secho(f"Error: {self.format_message()}", err=True, fg="red")
+        click.secho(TRACEBACK_HINT, err=True)
+
+
 def _run(**options: Any) -> dict[str, Any]:
     try:
         return _run_stages(**options)
     except StageLockedError as exc:
         click.secho(f"rl_pipeline: {exc}", fg="yellow", err=True)
         raise SystemExit(LOCKED_EXIT_CODE) from None
+    except Exception as exc:
+        found = user_error(exc)
+        if found is None or show_tracebacks():
+            raise
+        raise UserErrorExit(user_message(exc, found)) from None
 
 
 def _run_stages(**options: Any) -> dict[str, Any]:
@@ -85,7 +111,85 @@ def _run_stages(**options: Any) -> dict[str, Any]:
     return result
 
 
-run = click.Command(name="run", params=kedro_run.params, callback=_run,
+def _yaml_quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _as_text(flag: str, key: str, text: str) -> str:
+    """``flag key="text"``, quoted for a POSIX shell: the value is YAML's double-quoted
+    string, which Kedro reads back as ``text``."""
+    return f"{flag} {shlex.quote(f'{key}={_yaml_quoted(text)}')}"
+
+
+def _unparsed_item(flag: str, key: str, text: str, exc: yaml.YAMLError) -> str:
+    """Why ``key=text`` of ``--params`` is refused, and the quoting that passes it as text."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at column {mark.column + 1}" if mark is not None else ""
+    starts = {"{": ", and '{' starts a YAML mapping", "[": ", and '[' starts a YAML list"}
+    return (f"{key}={text}: Kedro reads each {flag} value as YAML{starts.get(text[:1], '')}; "
+            f"this one is not YAML ({problem}{where}). For the text as it is, quote the value "
+            f"inside the shell's quotes: {_as_text(flag, key, text)}")
+
+
+def _has_null(tree: Any) -> bool:
+    if isinstance(tree, dict):
+        return any(v is None or _has_null(v) for v in tree.values())
+    return False
+
+
+def _split_params(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Kedro's ``--params`` parsing (``key=value,key=value``, each value read as YAML), with
+    the item and the quoting that works named where Kedro would fail with a bare YAML error,
+    and a warning where a value becomes a mapping by accident (``Solve: {question}``)."""
+    if isinstance(value, dict) or not value:
+        return kedro_split_params(ctx, param, value)
+    flag = param.opts[0] if getattr(param, "opts", None) else f"--{param.name}"
+    items = split_string(ctx, param, value)
+    if "," in value and any("=" not in item for item in items):
+        raise click.BadParameter(
+            f"{value}: {flag} splits its value at every comma, quoted or not, and "
+            f"{next(i for i in items if '=' not in i)!r} has no key=. A value with a comma "
+            f"goes in a parameters file (conf/local/parameters.yml).", ctx=ctx, param=param)
+    for item in items:
+        key, _, text = item.partition("=")
+        key = key.strip()
+        try:
+            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={text}"]))
+        except yaml.YAMLError as exc:
+            raise click.BadParameter(_unparsed_item(flag, key, text, exc), ctx=ctx,
+                                     param=param) from None
+        except Exception:  # Kedro's own parsing, below, reports it
+            continue
+        leaf = _leaf(parsed, key)
+        if "{" in text and _has_null(leaf):
+            click.secho(f"Warning: {flag} {item}: Kedro reads the value as YAML, which makes "
+                        f"it the mapping {leaf!r}. For the text, quote it: "
+                        f"{_as_text(flag, key, text)}", err=True, fg="yellow")
+    return kedro_split_params(ctx, param, value)
+
+
+def _leaf(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _with_params_parsing(params: list[click.Parameter]) -> list[click.Parameter]:
+    """Kedro's `kedro run` options, the ones parsed by Kedro's ``_split_params`` parsed by
+    :func:`_split_params` instead."""
+    out = []
+    for param in params:
+        if param.callback is kedro_split_params:
+            param = copy.copy(param)
+            param.callback = _split_params
+        out.append(param)
+    return out
+
+
+run = click.Command(name="run", params=_with_params_parsing(kedro_run.params), callback=_run,
                     help=f"{kedro_run.help}\n\nSeveral whole stages (the default pipeline "
                     f"runs {', '.join(STAGES)}) run one session, and one MLflow run, each.",
                     short_help=kedro_run.short_help)

@@ -26,7 +26,7 @@ from rl_pipeline.stage_lock import StageLocks, is_scheduled
 class WholeConfigurationHook:
     """Check every parameter group, and the parameters that follow another, before any node.
 
-    Kedro instantiates the typed groups of the pipelines it runs (``--pipeline data_prep``
+    Kedro instantiates the typed groups of the pipelines it runs (``--pipelines data_prep``
     checks only data_prep's), and each stage of a whole `kedro run` is its own session
     (``cli.py``). This makes a typo in the train group, ``eval.max_new_tokens`` set against
     ``data.data_max_response_length`` (:data:`rl_pipeline.params.FOLLOWERS`), or another rule
@@ -193,7 +193,8 @@ class LineageHook:
     @staticmethod
     def _tag_sources(training_run: dict[str, Any]) -> None:
         """Tag the train run (and its identity and prompt versions) that ``training_run``
-        (the ``training_run.json`` written beside the trained weights) names."""
+        (the run summary in the training result's record, carried into merge_metadata.json)
+        names."""
         train_run_id = training_run.get("weights_run_id") or training_run.get("mlflow_run_id")
         identity = {"source.train_identity": training_run.get("identity") or "unknown"}
         if not train_run_id:

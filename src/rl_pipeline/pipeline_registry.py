@@ -1,4 +1,4 @@
-"""Project pipelines: one per stage, run alone (`kedro run --pipeline data_prep`) or together."""
+"""Project pipelines: one per stage, run alone (`kedro run --pipelines data_prep`) or together."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     for stage in STAGES:
         if stage in pipelines:
             pipelines[stage] = Pipeline(pipelines[stage], tags=stage)
-    # `kedro run --pipeline X` makes Kedro import only the pipelines it needs, so a stage may
+    # `kedro run --pipelines X` makes Kedro import only the pipelines it needs, so a stage may
     # be missing here; `__default__` is only built whole when every stage was found.
     pipelines["__default__"] = sum((pipelines[s] for s in STAGES if s in pipelines),
                                    Pipeline([]))

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rl_pipeline.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 SCHEDULED_ENV = "RL_PIPELINE_SCHEDULED"
@@ -30,7 +32,7 @@ SCHEDULED_ENV = "RL_PIPELINE_SCHEDULED"
 LOCKED_EXIT_CODE = 75
 
 
-class StageLockedError(RuntimeError):
+class StageLockedError(UserError, RuntimeError):
     """A scheduled run found another run of the same stage in the same project."""
 
 

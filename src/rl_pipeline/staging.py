@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rl_pipeline.debris import remove, staging_path
+from rl_pipeline.errors import UserError
 
 
-class StorageError(OSError):
+class StorageError(UserError, OSError):
     """A write failed for want of space or permission; the message says which and what to do."""
 
 

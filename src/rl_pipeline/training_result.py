@@ -21,13 +21,15 @@ from peft.utils import CONFIG_NAME as ADAPTER_CONFIG
 from transformers.utils import CONFIG_NAME as MODEL_CONFIG
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+from rl_pipeline.errors import UserError
+
 RECORD = "training_result.json"
 FORMAT = 1
 Kind = Literal["peft_adapter", "hf_model"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 
-class TrainingResultError(ValueError):
+class TrainingResultError(UserError, ValueError):
     """A training result folder or its record is not what merge can take."""
 
 

@@ -32,6 +32,7 @@ def test_failed_save_keeps_the_previous_version_loadable(tmp_path: Path) -> None
     assert not list(tmp_path.rglob("*.partial"))
 
 
+@pytest.mark.slow
 def test_killed_save_leaves_no_file_that_loads(tmp_path: Path) -> None:
     """SIGKILL a process in the middle of a large save: the target never exists half-written."""
     target = tmp_path / "big.parquet"

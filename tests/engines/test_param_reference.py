@@ -170,12 +170,51 @@ def test_catalog_inputs_exist_in_the_catalog() -> None:
 def test_hand_written_routes_match_the_code() -> None:
     assert set(VERL_NOT_KEYS) == set(NOT_VERL_KEYS)
     assert DATA_PREP_USES <= set(DataParams.model_fields)
-    prep = (PROJECT_ROOT / "src/rl_pipeline/pipelines/data_prep/nodes.py").read_text()
-    for name in DATA_PREP_USES:
-        assert f"data.{name}" in prep, name
-    assert "shared.data_max_response_length" not in prep
     ray = re.search(r"`([\w.]+)`", TRAIN_SETS["ray_address"])[1]
     assert ray in {override_key(o) for o in _launch(ray_address="auto")}
+
+
+def _data_prep_outcome(records_file, tokenizer_dir, **data) -> object:
+    """What data_prep's nodes make of the records under these ``data`` settings: the prompts
+    and the length summary, or the error."""
+    from rl_pipeline.data.prompts import DataError
+    from rl_pipeline.data.records import read_jsonl
+    from rl_pipeline.params import DataPrepParams
+    from rl_pipeline.pipelines.data_prep.nodes import clean_prompt_splits, fit_prompt_lengths
+
+    prep = DataPrepParams(dataset_prompt_column="question", answer_column="answer")
+    shared = DataParams(**data)
+    try:
+        train, val, hygiene = clean_prompt_splits(read_jsonl(records_file), None, prep, shared)
+        train, val, lengths = fit_prompt_lengths(train, val, hygiene, str(tokenizer_dir), prep,
+                                                 shared)
+    except DataError as exc:
+        return f"DataError: {str(exc).splitlines()[0]}"
+    return (sorted(train.columns), [p[-1]["content"] for p in train["prompt"]], len(val),
+            {s: (lengths[s]["truncated"], lengths[s]["dropped"]) for s in ("train", "val")})
+
+
+def test_the_data_settings_the_reference_gives_data_prep_change_its_output(
+        tokenizer_dir, tmp_path) -> None:
+    """The reference says data_prep applies DATA_PREP_USES of the ``data`` group: each one,
+    changed where it bites, changes what data_prep makes; the response cap does not."""
+    from tests.conftest import read_gsm8k, write_jsonl
+
+    records = write_jsonl(tmp_path / "raw.jsonl",
+                          [{**r, "pics": ["a.png"]} for r in read_gsm8k(n=40)])
+    # A cap near the median prompt (about 144 tokens with the tiny tokenizer): it bites.
+    base = {"data_max_prompt_length": 150, "data_filter_overlong_prompts": False,
+            "data_truncation": "left", "data_image_key": "images"}
+    changed = {"data_max_prompt_length": 4096, "data_filter_overlong_prompts": True,
+               "data_truncation": "right", "data_image_key": "pics"}
+    assert set(changed) == DATA_PREP_USES
+    before = _data_prep_outcome(records, tokenizer_dir, **base)
+    assert not isinstance(before, str), before
+    for name, value in changed.items():
+        after = _data_prep_outcome(records, tokenizer_dir, **{**base, name: value})
+        assert after != before, name
+    same = _data_prep_outcome(records, tokenizer_dir, **base, data_max_response_length=7)
+    assert same == before
 
 
 def test_cells_escape_pipes() -> None:

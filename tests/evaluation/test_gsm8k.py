@@ -1,5 +1,5 @@
-"""GSM8K's strict and flexible scores (lm-evaluation-harness semantics) against verl's own
-scorer, ``verl.utils.reward_score.gsm8k.compute_score``, on the same responses."""
+"""GSM8K's strict and flexible scores (lm-evaluation-harness semantics): strict-match on cases
+scored by hand, flexible-extract against verl's own extraction on GSM8K's solutions."""
 
 from __future__ import annotations
 
@@ -30,12 +30,33 @@ def _responses() -> list[tuple[str, str]]:
     return out
 
 
-def test_strict_equals_verls_strict_mode_on_the_same_responses() -> None:
-    pairs = _responses()
-    ours = [strict_score(r, t) for r, t in pairs]
-    verl = [float(verl_gsm8k.compute_score(r, t, method="strict")) for r, t in pairs]
-    assert ours == verl
-    assert 0 < sum(ours) < len(ours)  # both outcomes occur
+# Scored by hand against the reference 72, by lm-evaluation-harness's gsm8k strict-match: the
+# first "#### <number>", then exact_match after deleting ",", "$", up to "#### " and one
+# trailing ".".
+STRICT_BY_HAND = [
+    ("48 + 24 = 72 altogether.\n#### 72", 1.0),
+    ("#### 72.", 1.0),  # one trailing "." is deleted
+    ("#### 72.0", 0.0),  # compared as text
+    ("#### 7,2", 1.0),  # "," is deleted
+    ("#### -72", 0.0),
+    ("#### 72\n#### 71", 1.0),  # the first answer counts (verl's training score: the last)
+    ("#### 71\n#### 72", 0.0),
+    ("#### $72", 0.0),  # "$" is not in the strict pattern
+    ("####72", 0.0),
+    ("The answer is 72.", 0.0),  # flexible-extract reads it; strict-match does not
+    ("#### 72\n" + "x" * 400, 1.0),  # no window: verl's training score would give 0
+]
+
+
+@pytest.mark.parametrize(("response", "score"), STRICT_BY_HAND)
+def test_strict_scores_as_scored_by_hand(response: str, score: float) -> None:
+    assert strict_score(response, "72") == score
+
+
+def test_strict_reads_the_reference_as_exact_match_does() -> None:
+    assert strict_score("#### 1000", "1,000") == 1.0
+    assert strict_score("#### 1,000.", "1000") == 1.0
+    assert strict_score("#### 72", "$72") == 1.0
 
 
 def test_flexible_equals_verls_flexible_mode_with_lm_evals_exact_match() -> None:

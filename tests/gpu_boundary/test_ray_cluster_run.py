@@ -113,7 +113,7 @@ def project(tmp_path_factory, tiny_model_dir) -> Path:
 
 def _run(project: Path, pipeline: str, cluster, tracking_server: str, *params: str,
          timeout: float = 600) -> subprocess.CompletedProcess:
-    command = kedro_command("--pipeline", pipeline, "--params", ",".join(
+    command = kedro_command("--pipelines", pipeline, "--params", ",".join(
         [(project / "params.txt").read_text(), *params]), env="multinode")
     try:
         return subprocess.run(command, cwd=project, capture_output=True, text=True,
@@ -121,7 +121,7 @@ def _run(project: Path, pipeline: str, cluster, tracking_server: str, *params: s
                                                            MLFLOW_TRACKING_URI=tracking_server))
     except subprocess.TimeoutExpired as hung:
         output = (hung.stdout or b"").decode() + (hung.stderr or b"").decode()
-        pytest.fail(f"`kedro run --pipeline {pipeline}` still ran after {timeout:g} s:\n"
+        pytest.fail(f"`kedro run --pipelines {pipeline}` still ran after {timeout:g} s:\n"
                     f"{output[-8000:]}")
 
 

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from rl_pipeline.engines.verl.engine import WorkerPlacementError, plan_verl, train_verl
+from rl_pipeline.engines.verl.engine import WorkerPlacementError, train_verl
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rl_pipeline.engines.problems import PreflightError
-from rl_pipeline.engines.verl.engine import plan_verl
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.engines.verl.vllm_args import (
     VLLM_VERSION,
     build_server_args,

@@ -34,6 +34,7 @@ def _logits(folder: Path, dtype=torch.float32) -> torch.Tensor:
         return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)(IDS).logits.float()
 
 
+@pytest.mark.slow
 def test_merged_model_equals_base_plus_adapter(tiny_model_dir, adapter_dir, tmp_path) -> None:
     summary = merge_lora(tiny_model_dir, read_adapter(adapter_dir), tmp_path / "merged")
     assert summary["merged_modules"] == 2 * 7  # 2 layers x q,k,v,o,gate,up,down
@@ -45,6 +46,7 @@ def test_merged_model_equals_base_plus_adapter(tiny_model_dir, adapter_dir, tmp_
     assert result["passed"] and result["max_abs_diff"] < 1e-4
 
 
+@pytest.mark.slow
 def test_sharded_bfloat16_base(tiny_model_dir, adapter_dir, tmp_path) -> None:
     base = tmp_path / "bf16_sharded"
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
@@ -94,6 +96,7 @@ def test_adapter_for_another_model_is_refused(tiny_model_dir, tokenizer, tmp_pat
     assert not (tmp_path / "merged").exists()
 
 
+@pytest.mark.slow
 def test_target_modules_list_and_regex(tiny_model_dir, tmp_path) -> None:
     for name, targets in (("list", ["q_proj", "v_proj"]), ("regex", r".*\.(up|down)_proj")):
         adapter = train_tiny_lora(tiny_model_dir, tmp_path / name, target_modules=targets)

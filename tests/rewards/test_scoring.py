@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rl_pipeline.params import RewardParams
@@ -39,11 +38,31 @@ RESPONSES = [
 ]
 
 
-@pytest.mark.parametrize("response", RESPONSES)
-def test_strict_matches_verls_default_compute_score(response: str) -> None:
-    expected = default_compute_score("openai/gsm8k", response, "72")
-    assert compute_score("openai/gsm8k", response, "72") == expected
-    assert strict_gsm8k("openai/gsm8k", response, "72") == expected
+# Scored by hand against the ground truth 72, by the rule GSM8K training uses (verl's strict
+# GSM8K score): the last "#### <number>" within the last 300 characters, commas dropped,
+# compared as text.
+STRICT_BY_HAND = [
+    ("48/2 = 24 in May, 48 + 24 = 72 altogether.\n#### 72", 1.0),
+    ("So she sold 72 clips.\n#### 72.0", 0.0),  # text, not value: "72.0" is not "72"
+    ("#### 7,2", 1.0),  # commas are dropped wherever they are
+    ("#### 1,072", 0.0),
+    ("She sold 70 clips. #### 70", 0.0),
+    ("The answer is 72", 0.0),  # no "#### "
+    ("####72", 0.0),  # the space is part of the format
+    ("#### $72", 0.0),  # "$" is not in the number pattern
+    ("I think #### 72 but wait, it is #### 71", 0.0),  # the last answer counts
+    ("I think #### 71 but wait, it is #### 72", 1.0),
+    ("x" * 500 + "\n#### 72", 1.0),
+    ("#### 72\n" + "x" * 300, 0.0),  # outside the last 300 characters
+    ("", 0.0),
+]
+
+
+@pytest.mark.parametrize(("response", "score"), STRICT_BY_HAND)
+def test_strict_gsm8k_scores_as_scored_by_hand(response: str, score: float) -> None:
+    assert strict_gsm8k("openai/gsm8k", response, "72") == score
+    # compute_score, the default reward, scores GSM8K sources the same way
+    assert compute_score("openai/gsm8k", response, "72") == score
 
 
 def test_flexible_agrees_with_verl_where_verls_match_is_a_clean_number() -> None:

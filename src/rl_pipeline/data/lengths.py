@@ -241,3 +241,17 @@ def _has_normalizers(node: Any) -> bool:
     if node.get("type") == "Sequence":
         return any(_has_normalizers(n) for n in node.get("normalizers", []))
     return True
+
+
+def length_stats(lengths: np.ndarray, sample: np.ndarray) -> dict[str, Any]:
+    """Percentiles of prompt tokens over the exactly counted sample, max over all exact counts."""
+    measured = lengths[sample]
+    if measured.size == 0:
+        return {"p50": 0, "p90": 0, "p99": 0, "max": 0, "rows_measured": 0, "sampled": False}
+    p50, p90, p99 = np.percentile(measured, [50, 90, 99])
+    return {
+        "p50": float(p50), "p90": float(p90), "p99": float(p99),
+        "max": int(lengths.max()),
+        "rows_measured": int(measured.size),
+        "sampled": bool(measured.size < lengths.size),
+    }

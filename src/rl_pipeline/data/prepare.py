@@ -12,10 +12,9 @@ import pandas as pd
 from transformers import PreTrainedTokenizerBase
 
 from rl_pipeline.data import hygiene
-from rl_pipeline.data.lengths import scan_lengths, truncate_question
+from rl_pipeline.data.lengths import length_stats, scan_lengths, truncate_question
 from rl_pipeline.data.prompts import DataError, chat_messages, extract_work_frame
 from rl_pipeline.data.records import BadRecord, RawRecords
-from rl_pipeline.data.report import length_stats
 from rl_pipeline.params import DataParams, DataPrepParams
 
 logger = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from rl_pipeline.data.records import BadRecord, RawRecords
+from rl_pipeline.errors import UserError
 from rl_pipeline.params import DataPrepParams
 
 # verl's examples/data_preprocess/gsm8k.py: the number after "#### ", commas removed.
@@ -26,7 +27,7 @@ WORK_COLUMNS = ["question", "answer", "ground_truth", "origin", "line"]
 _SHOWN = 40  # characters of a mistyped value quoted in a bad-record message
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """The input data cannot be turned into prompts; the message says where and why."""
 
 

@@ -1,4 +1,5 @@
-"""The data_prep report: counts, prompt-length statistics and a length histogram."""
+"""The data_prep report: what came in, what went out and why, the prompt lengths, the reward
+self-test, its numbers for MLflow, and a length histogram."""
 
 from __future__ import annotations
 
@@ -12,19 +13,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from rl_pipeline.data.prepare import DROP_REASONS, SPLITS  # noqa: E402
+from rl_pipeline.params import DataParams, DataPrepParams  # noqa: E402
 
-def length_stats(lengths: np.ndarray, sample: np.ndarray) -> dict[str, Any]:
-    """Percentiles of prompt tokens over the exactly counted sample, max over all exact counts."""
-    measured = lengths[sample]
-    if measured.size == 0:
-        return {"p50": 0, "p90": 0, "p99": 0, "max": 0, "rows_measured": 0, "sampled": False}
-    p50, p90, p99 = np.percentile(measured, [50, 90, 99])
-    return {
-        "p50": float(p50), "p90": float(p90), "p99": float(p99),
-        "max": int(lengths.max()),
-        "rows_measured": int(measured.size),
-        "sampled": bool(measured.size < lengths.size),
-    }
+_LISTED_BAD = 20  # skipped bad records quoted in the report (the counts cover all)
 
 
 def length_histogram(samples: dict[str, np.ndarray], limit: int) -> Figure:
@@ -44,3 +36,50 @@ def length_histogram(samples: dict[str, np.ndarray], limit: int) -> Figure:
     fig.tight_layout()
     plt.close(fig)  # the dataset saves it; keep pyplot's registry from growing
     return fig
+
+
+def data_prep_report(hygiene: dict[str, Any], lengths: dict[str, Any],
+                     self_test: dict[str, Any], data: DataParams,
+                     data_prep: DataPrepParams) -> dict[str, Any]:
+    """The report (JSON): rows in and out, drops by reason and split, truncations, the
+    train/val overlap, prompt-token statistics, the length settings and the self-test."""
+    dropped_by_split = {
+        s: {r: hygiene["dropped"][s].get(r, 0) + lengths[s]["dropped"].get(r, 0)
+            for r in DROP_REASONS} for s in SPLITS}
+    rows_out = {s: lengths[s]["rows_out"] for s in SPLITS}
+    return {
+        "rows_in": {**hygiene["rows_in"], "total": sum(hygiene["rows_in"].values())},
+        "rows_out": {**rows_out, "total": sum(rows_out.values())},
+        "dropped": {r: sum(dropped_by_split[s][r] for s in SPLITS) for r in DROP_REASONS},
+        "dropped_by_split": dropped_by_split,
+        "truncated": {s: lengths[s]["truncated"] for s in SPLITS},
+        "train_val_overlap": hygiene["train_val_overlap"],
+        "prompt_tokens": {s: lengths[s]["stats"] for s in SPLITS},
+        "prompt_tokens_note": (
+            "Tokens of the chat-templated prompt with the generation prompt, as verl counts "
+            f"them. Percentiles over a uniform sample of {data_prep.length_sample_size} rows "
+            "where a split has more (sampled: true), else over every row; max over every "
+            "exactly counted row."),
+        "data_max_prompt_length": data.data_max_prompt_length,
+        "data_filter_overlong_prompts": data.data_filter_overlong_prompts,
+        "data_truncation": data.data_truncation,
+        "val_source": hygiene["val_source"],
+        "tokenizer": lengths["tokenizer"],
+        "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
+        "reward_self_test": self_test,
+    }
+
+
+def report_numbers(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's numbers for MLflow (nested names; ``mlflow_metrics`` flattens them)."""
+    return {**{k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
+                                      "train_val_overlap", "prompt_tokens")},
+            "reward_self_test": {source: {k: result[k] for k in ("gold_correct",
+                                                                 "wrong_below_gold")}
+                                 for source, result in report["reward_self_test"].items()
+                                 if isinstance(result, dict)}}
+
+
+def split_lengths(lengths: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Each split's sampled prompt lengths, for :func:`length_histogram`."""
+    return {s: np.asarray(lengths[s]["sample_lengths"], dtype=np.int64) for s in SPLITS}

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from rl_pipeline.params import DataParams, EvalParams, follow
+
 logger = logging.getLogger(__name__)
 
 Conversation = list[dict[str, Any]]
@@ -304,3 +306,13 @@ def _torch_dtype(name: str, device: str) -> torch.dtype:
         # bfloat16 on GPUs; float32 on CPUs, where bfloat16 matmuls are slow without AMX.
         return torch.bfloat16 if device == "cuda" else torch.float32
     return getattr(torch, name)
+
+
+def sampling_settings(params: EvalParams, shared: DataParams) -> SamplingSettings:
+    """How eval decodes, from the ``eval`` group (its response cap follows ``data``)."""
+    return SamplingSettings(
+        max_new_tokens=follow("eval.max_new_tokens", params.max_new_tokens,
+                              shared.data_max_response_length),
+        n_samples=params.n_samples, greedy=params.greedy,
+        temperature=params.rollout_val_temperature, top_p=params.rollout_val_top_p,
+        top_k=params.rollout_val_top_k, seed=params.seed)

@@ -1,6 +1,7 @@
 """The eval report: the verdict first, then Markdown tables side by side with deltas and
 their 95% intervals, the difference in words (distinguishable from noise or not), example
-answers side by side, and the charts."""
+answers side by side, and the charts; the settings it names and the metrics as MLflow
+keeps them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Any
 import matplotlib
 
 from rl_pipeline.evaluation.examples import examples_markdown
+from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
+from rl_pipeline.evaluation.metrics import usable_k
 from rl_pipeline.evaluation.verdict import RULE
+from rl_pipeline.params import DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 
 matplotlib.use("Agg")  # headless: schedulers and CI have no display
 
@@ -239,3 +244,62 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "n/a" if value is None else str(value)
+
+
+def report_settings(params: EvalParams, shared: DataParams, reward: RewardParams,
+                    base: dict[str, Any]) -> dict[str, Any]:
+    """What the report names: back end, decoding, the headline, k, intervals."""
+    sampling = sampling_settings(params, shared)
+    n = sampling.samples
+    if params.greedy:
+        decoding = "greedy (argmax, temperature 0), 1 sample per prompt"
+    else:
+        top_k = "off" if sampling.top_k < 0 else sampling.top_k
+        decoding = (f"sampled (temperature {sampling.temperature}, top_p {sampling.top_p}, "
+                    f"top_k {top_k}), n = {n} sample{'s' if n > 1 else ''} per prompt")
+    used, skipped = usable_k(params.pass_k, n)
+    ks = ", ".join(map(str, used)) or "none"
+    if skipped:
+        ks += (f"; skipped k = {', '.join(map(str, skipped))}: more than the {n} sample"
+               f"{'s' if n > 1 else ''} per prompt")
+    fn = reward.custom_reward_function
+    sources = ", ".join(f"{s} {v['prompts']}" for s, v in base["by_data_source"].items())
+    return {
+        "backend": pick_backend(params.backend),
+        "decoding": decoding,
+        "max new tokens": sampling.max_new_tokens,
+        "prompts": f"{base['prompts']} ({sources})",
+        "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
+        "group's function, as in training, by data_source), mean@n over samples; a sample "
+        "is correct for pass@k and maj@k when its reward is at least "
+        f"{follow('eval.correct_reward', params.correct_reward, reward.correct_score)}",
+        "pass@k, maj@k": f"k = {ks}",
+        "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
+        "first '#### '; flexible-extract: the last number), on the GSM8K-style data sources "
+        f"{', '.join(sorted(GSM8K_SOURCES))} only ({base['gsm8k_prompts']} prompts); n/a "
+        "elsewhere; strict format rate: the share of responses with a '#### <number>' answer, "
+        "right or wrong",
+        "degeneration": "truncation (hit the token cap), repetition (a line 3 times, or half "
+        "the word 4-grams repeated), no reasoning (under 3 words or no number before the "
+        "answer): docs/rewards.md",
+        "intervals": f"95%, paired bootstrap over prompts, {params.bootstrap_resamples} "
+        f"resamples, seed {params.seed}",
+    }
+
+
+def for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics less the comparisons' bookkeeping (one MLflow call per number): a delta
+    keeps its interval and the prompts it would need."""
+    kept = ("delta", "ci_low", "ci_high", "prompts_needed")
+
+    def trim(values: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in values.items():
+            if key == "vs_base":
+                value = {m: {k: c[k] for k in kept} for m, c in value.items()}
+            elif isinstance(value, dict):
+                value = trim(value)
+            out[key] = value
+        return out
+
+    return trim(metrics)

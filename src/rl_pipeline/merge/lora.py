@@ -28,6 +28,8 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from rl_pipeline.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -39,7 +41,7 @@ _COPY_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".py")
 _SKIP = {"model.safetensors.index.json", "model_metadata.json", ADAPTER_CONFIG}
 
 
-class AdapterError(ValueError):
+class AdapterError(UserError, ValueError):
     """The adapter cannot be merged into this base; the message says why."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rl_pipeline.errors import UserError
 from rl_pipeline.staging import staged
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SEARCH_DEPTH = 4
 
 
-class ModelResolutionError(FileNotFoundError):
+class ModelResolutionError(UserError, FileNotFoundError):
     """No model, or more than one, where one was expected; the message lists what was tried."""
 
 

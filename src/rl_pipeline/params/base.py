@@ -21,8 +21,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from rl_pipeline.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """One or more parameters are invalid. The message lists each of them."""
 
 

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rl_pipeline.errors import UserError
 from rl_pipeline.rewards.form import response_facts
 from rl_pipeline.rewards.scoring import BUILTIN, GSM8K_SOURCES, MATH_SOURCES
 
@@ -42,7 +43,7 @@ _FIX = ("set data_prep.data_source to a value whose scorer reads these answers (
         "reward.self_test=warn only warns")
 
 
-class RewardSelfTestError(ValueError):
+class RewardSelfTestError(UserError, ValueError):
     """The reward does not score this data's ground truths as correct (or wrong answers as
     wrong). The message names the data source, the scorer, example rows and what to change."""
 

@@ -6,7 +6,6 @@ import dataclasses
 import logging
 
 import pytest
-from peft import LoraConfig
 from trl import GRPOConfig
 
 from rl_pipeline.engines.trl.config import (
@@ -141,16 +140,39 @@ def test_spec_strings_and_trl_booleans_are_accepted() -> None:
     assert TrlParams.model_validate({"apply_lora": "true"}).apply_lora is True
 
 
-def test_lora_config_carries_rank_alpha_and_targets() -> None:
-    params = TrlParams(lora_rank=8, lora_alpha=16, lora_dropout=0.0,
-                       lora_target_modules=["q_proj", "v_proj"])
-    config = lora_config(params)
-    assert isinstance(config, LoraConfig)
-    assert (config.r, config.lora_alpha, config.lora_dropout) == (8, 16, 0.0)
-    assert config.target_modules == {"q_proj", "v_proj"}
-    assert config.task_type == "CAUSAL_LM"
-    default = lora_config(TrlParams())
-    assert (default.r, default.lora_alpha, default.target_modules) == (16, 32, "all-linear")
+def _adapted(model_dir, params: TrlParams) -> tuple[dict[str, int], int, set[float]]:
+    """What peft does to the tiny model with our LoraConfig: the adapted module kinds (how
+    many of each), the trainable parameters, and the scales (alpha / r) it applies."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(model_dir)),
+                           lora_config(params))
+    kinds: dict[str, int] = {}
+    scales = set()
+    for name, module in model.named_modules():
+        if "default" in getattr(module, "lora_A", {}):
+            kinds[name.rsplit(".", 1)[-1]] = kinds.get(name.rsplit(".", 1)[-1], 0) + 1
+            scales.add(module.scaling["default"])
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return kinds, trainable, scales
+
+
+def test_lora_adapts_the_named_modules_at_the_rank_and_scale_set(tiny_model_dir) -> None:
+    """Counted by hand on the tiny Qwen2 (2 layers, hidden 64, 4 heads of 16, 2 key/value
+    heads, MLP 128): a rank-r adapter on a d_in x d_out layer trains r x (d_in + d_out)."""
+    kinds, trainable, scales = _adapted(tiny_model_dir, TrlParams(
+        lora_rank=8, lora_alpha=16, lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj"]))
+    assert kinds == {"q_proj": 2, "v_proj": 2}
+    assert trainable == 2 * (8 * (64 + 64) + 8 * (64 + 32))  # 3,584
+    assert scales == {16 / 8}
+    # The defaults: every linear layer but the output head, rank 16, alpha 32.
+    kinds, trainable, scales = _adapted(tiny_model_dir, TrlParams())
+    assert kinds == {k: 2 for k in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                    "up_proj", "down_proj")}
+    per_layer = 16 * ((64 + 64) + 2 * (64 + 32) + (64 + 64) + 3 * (64 + 128))
+    assert trainable == 2 * per_layer  # 32,768
+    assert scales == {32 / 16}
 
 
 def test_no_lora_config_when_apply_lora_is_false() -> None:

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from rl_pipeline.engines.verl.config import LaunchInputs
-from rl_pipeline.engines.verl.engine import plan_verl, train_verl
+from rl_pipeline.engines.verl.engine import train_verl
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 

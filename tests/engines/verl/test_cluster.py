@@ -11,7 +11,7 @@ import pytest
 
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.config import LaunchInputs
-from rl_pipeline.engines.verl.engine import plan_verl
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL, verl_prompts

@@ -25,7 +25,7 @@ import torch
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.checkpoint import export_result
 from rl_pipeline.engines.verl.config import CPU_MODULE
-from rl_pipeline.engines.verl.engine import plan_verl
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.engines.verl.rollout_check import (
     RolloutPolicyError,
     StepAgreement,

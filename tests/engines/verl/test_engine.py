@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.config import LaunchInputs
-from rl_pipeline.engines.verl.engine import plan_verl, tracking_uri_for_workers
+from rl_pipeline.engines.verl.engine import tracking_uri_for_workers
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.engines.verl.preflight import GPUsNeededError
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
@@ -163,7 +164,7 @@ def test_relative_tracking_uris_are_made_absolute(tmp_path, monkeypatch) -> None
 
 
 def test_resolved_config_is_yaml_verl_can_read(inputs) -> None:
-    from rl_pipeline.engines.verl.engine import resolved_config_yaml
+    from rl_pipeline.engines.verl.plan import resolved_config_yaml
 
     text = resolved_config_yaml(_plan(inputs))
     assert OmegaConf.create(text).data.train_batch_size == SMALL["data_train_batch_size"]
@@ -227,7 +228,8 @@ def _verl_checkpoints(folder: Path, steps: list[int]) -> Path:
 def test_the_step_count_check_reads_verls_checkpoint_layout(inputs, tmp_path) -> None:
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-    from rl_pipeline.engines.verl.engine import check_step_count, planned_steps
+    from rl_pipeline.engines.verl.engine import check_step_count
+    from rl_pipeline.engines.verl.plan import planned_steps
 
     folder = _verl_checkpoints(tmp_path / "ckpt", [5, 10])
     assert find_latest_ckpt_path(str(folder)) == str(folder / "global_step_10")  # verl's reader

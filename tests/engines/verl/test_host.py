@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from rl_pipeline.engines.verl import engine as verl_engine
 from rl_pipeline.engines.problems import PreflightError
+from rl_pipeline.engines.verl import plan as verl_plan
 from rl_pipeline.engines.verl.config import compose_verl_config
-from rl_pipeline.engines.verl.engine import plan_verl
 from rl_pipeline.engines.verl.host import (
     DriverError,
     ModelFacts,
@@ -19,6 +18,7 @@ from rl_pipeline.engines.verl.host import (
     memory_plan,
     ray_cpus_needed,
 )
+from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL
@@ -91,7 +91,7 @@ def test_a_disk_too_small_for_the_kept_checkpoints_is_refused(inputs, monkeypatc
         4 * facts.parameters + 8 * facts.lora_parameters)
     # The file system holding the checkpoints, as full as a shared box's can be.
     free = expected.total_gib * 0.9
-    monkeypatch.setattr(verl_engine, "free_gib", lambda path: free)
+    monkeypatch.setattr(verl_plan, "free_gib", lambda path: free)
     message = _problems(inputs, total_training_steps=10, trainer_save_freq=2)[
         "train.verl.trainer_max_actor_ckpt_to_keep"]
     assert f"{expected.total_gib:.1f} GiB free where the checkpoints go" in message
@@ -146,7 +146,7 @@ def test_a_ray_cluster_with_too_few_cpus_is_refused_with_the_count(inputs) -> No
     verl's placement for 2 nodes x 4 GPUs: 3 x 8 + 1 + 8 + 1 = 34."""
     from dataclasses import replace
 
-    from rl_pipeline.engines.verl.engine import _check_host
+    from rl_pipeline.engines.verl.plan import _check_host
 
     on_cluster = replace(inputs, ray_address="ray://head:10001")
     verl = VerlParams(**{**SMALL, "trainer_nnodes": 2, "trainer_n_gpus_per_node": 4})

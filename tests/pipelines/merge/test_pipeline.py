@@ -1,4 +1,4 @@
-"""`kedro run --pipeline merge`: a verified, versioned merged model, logged to MLflow; and a
+"""`kedro run --pipelines merge`: a verified, versioned merged model, logged to MLflow; and a
 merge killed midway that leaves nothing loadable behind."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     project = make_project(tmp_path)
     adapter = train_tiny_lora(tiny_model_dir, tmp_path / "adapter")
     _stage_adapter(project, adapter)
-    result = kedro_run(project, "--pipeline", "merge", "--params",
+    result = kedro_run(project, "--pipelines", "merge", "--params",
                        f"base_model={tiny_model_dir},merge.registered_model_name=tiny-merged")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 

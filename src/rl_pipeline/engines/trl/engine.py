@@ -34,7 +34,7 @@ class TrlEngine(Engine):
                                        setup.base_model, setup.checkpoints_dir,
                                        setup.train_rows)
         command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
-                   "kedro run --pipeline train --params train.engine=trl\n")
+                   "kedro run --pipelines train --params train.engine=trl\n")
         return Preflight(plan={"engine": self.name}, report=report, config_yaml=config_yaml,
                          command=command)
 

@@ -56,7 +56,7 @@ def explain_worker_failure() -> str | None:
     return ("verl's workers stopped at device initialisation: " + "; ".join(missing) + ". "
             + where + "Start Ray on each node with the GPUs it has (`ray start` counts them "
             "when --num-gpus is left out) from an environment with the CUDA build of torch "
-            "(docs/gpu.md, troubleshooting); `kedro run --pipeline preflight` reports every "
+            "(docs/gpu.md, troubleshooting); `kedro run --pipelines preflight` reports every "
             "node.")
 
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline.data.prepare import DROP_REASONS, SPLITS, clean_splits, fit_splits
+from rl_pipeline.data.prepare import clean_splits, fit_splits
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.data.records import RawRecords
-from rl_pipeline.data.report import length_histogram
+from rl_pipeline.data.report import (
+    data_prep_report,
+    length_histogram,
+    report_numbers,
+    split_lengths,
+)
 from rl_pipeline.models.tokenizer import load_tokenizer
 from rl_pipeline.params import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.rewards import build_reward
@@ -21,7 +25,6 @@ from rl_pipeline.rewards.self_test import RewardSelfTestError, run_self_test
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
-_LISTED_BAD = 20
 
 
 def clean_prompt_splits(
@@ -112,46 +115,15 @@ def report_data_prep(
     hygiene: dict[str, Any], lengths: dict[str, Any], self_test: dict[str, Any],
     data: DataParams, data_prep: DataPrepParams,
 ) -> tuple[dict[str, Any], dict[str, dict[str, float]], Figure]:
-    """Assemble the data_prep report, its numbers as MLflow metrics, and a length histogram.
+    """Assemble the data_prep report (:mod:`rl_pipeline.data.report`), its numbers as MLflow
+    metrics, and a length histogram.
 
     Returns:
         The report (JSON), the metrics (``{name: {value, step}}``) and the histogram figure.
     """
-    dropped_by_split = {
-        s: {r: hygiene["dropped"][s].get(r, 0) + lengths[s]["dropped"].get(r, 0)
-            for r in DROP_REASONS} for s in SPLITS}
-    rows_out = {s: lengths[s]["rows_out"] for s in SPLITS}
-    report = {
-        "rows_in": {**hygiene["rows_in"], "total": sum(hygiene["rows_in"].values())},
-        "rows_out": {**rows_out, "total": sum(rows_out.values())},
-        "dropped": {r: sum(dropped_by_split[s][r] for s in SPLITS) for r in DROP_REASONS},
-        "dropped_by_split": dropped_by_split,
-        "truncated": {s: lengths[s]["truncated"] for s in SPLITS},
-        "train_val_overlap": hygiene["train_val_overlap"],
-        "prompt_tokens": {s: lengths[s]["stats"] for s in SPLITS},
-        "prompt_tokens_note": (
-            "Tokens of the chat-templated prompt with the generation prompt, as verl counts "
-            f"them. Percentiles over a uniform sample of {data_prep.length_sample_size} rows "
-            "where a split has more (sampled: true), else over every row; max over every "
-            "exactly counted row."),
-        "data_max_prompt_length": data.data_max_prompt_length,
-        "data_filter_overlong_prompts": data.data_filter_overlong_prompts,
-        "data_truncation": data.data_truncation,
-        "val_source": hygiene["val_source"],
-        "tokenizer": lengths["tokenizer"],
-        "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
-        "reward_self_test": self_test,
-    }
-    metrics = mlflow_metrics({
-        **{k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
-                                  "train_val_overlap", "prompt_tokens")},
-        "reward_self_test": {source: {k: result[k] for k in ("gold_correct", "wrong_below_gold")}
-                             for source, result in self_test.items()
-                             if isinstance(result, dict)}})
-    figure = length_histogram(
-        {s: np.asarray(lengths[s]["sample_lengths"], dtype=np.int64) for s in SPLITS},
-        data.data_max_prompt_length)
+    report = data_prep_report(hygiene, lengths, self_test, data, data_prep)
+    figure = length_histogram(split_lengths(lengths), data.data_max_prompt_length)
     logger.info("data_prep: %d train and %d val prompts (dropped: %s)",
-                rows_out["train"], rows_out["val"],
+                report["rows_out"]["train"], report["rows_out"]["val"],
                 {r: n for r, n in report["dropped"].items() if n} or "none")
-    return report, metrics, figure
+    return report, mlflow_metrics(report_numbers(report)), figure

@@ -11,20 +11,23 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rl_pipeline.evaluation.examples import pick_examples
-from rl_pipeline.evaluation.generate import SamplingSettings, generate, pick_backend
+from rl_pipeline.evaluation.generate import generate, pick_backend, sampling_settings
 from rl_pipeline.evaluation.generations_table import generations_table
 from rl_pipeline.evaluation.metrics import (
     compare_models,
     model_metrics,
     per_prompt_scores,
-    usable_k,
 )
-from rl_pipeline.evaluation.report import eval_chart, markdown_report
+from rl_pipeline.evaluation.report import (
+    eval_chart,
+    for_mlflow,
+    markdown_report,
+    report_settings,
+)
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.params.train import TrainParams
-from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -88,8 +91,8 @@ def summarize_eval(
             metrics["trained"]["by_data_source"][source]["vs_base"] = comparison
         metrics["trained"]["verdict"] = eval_verdict(metrics["trained"]).as_dict()
         examples = pick_examples(frames["base"], frames["trained"], correct)
-    settings = _settings(params, data, reward, metrics["base"])
-    report = markdown_report(metrics, settings, examples)
+    report = markdown_report(metrics, report_settings(params, data, reward, metrics["base"]),
+                             examples)
     for label, values in metrics.items():
         logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s, strict format "
                     "%s, truncation %.3f, repetition %.3f, no reasoning %.3f", label,
@@ -102,25 +105,7 @@ def summarize_eval(
         logger.info("eval verdict: %s (%s)", verdict["verdict"], "; ".join(verdict["reasons"]))
     generations = pd.concat(frames.values(), ignore_index=True)
     return (generations, generations_table(frames), metrics,
-            mlflow_metrics(_for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
-
-
-def _for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The metrics less the comparisons' bookkeeping (one MLflow call per number): a delta
-    keeps its interval and the prompts it would need."""
-    kept = ("delta", "ci_low", "ci_high", "prompts_needed")
-
-    def trim(values: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for key, value in values.items():
-            if key == "vs_base":
-                value = {m: {k: c[k] for k in kept} for m, c in value.items()}
-            elif isinstance(value, dict):
-                value = trim(value)
-            out[key] = value
-        return out
-
-    return trim(metrics)
+            mlflow_metrics(for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
 
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,
@@ -129,7 +114,7 @@ def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalPa
     scorer = eval_reward(reward)
     memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
                     train.verl.rollout_gpu_memory_utilization)
-    sampling = _settings_for(params, data)
+    sampling = sampling_settings(params, data)
     run = generate(
         model_path, [list(p) for p in prompts["prompt"]], sampling,
         backend=params.backend, batch_size=params.batch_size, dtype=params.dtype,
@@ -153,56 +138,6 @@ def check_eval_machine(backend: str, ray_address: str | None) -> None:
             raise ConfigError(
                 f"eval.backend='auto': this machine has no CUDA GPU, and the training ran on "
                 f"the Ray cluster at {ray_address} (train.ray_address), so eval would "
-                "generate on this CPU, slowly. Run `kedro run --pipeline eval` on a GPU node "
+                "generate on this CPU, slowly. Run `kedro run --pipelines eval` on a GPU node "
                 "of the cluster (with the same project folder on shared storage), or set "
                 "eval.backend=hf to generate on this CPU on purpose.")
-
-
-def _settings_for(params: EvalParams, shared: DataParams) -> SamplingSettings:
-    return SamplingSettings(
-        max_new_tokens=follow("eval.max_new_tokens", params.max_new_tokens,
-                              shared.data_max_response_length),
-        n_samples=params.n_samples, greedy=params.greedy,
-        temperature=params.rollout_val_temperature, top_p=params.rollout_val_top_p,
-        top_k=params.rollout_val_top_k, seed=params.seed)
-
-
-def _settings(params: EvalParams, shared: DataParams, reward: RewardParams,
-              base: dict[str, Any]) -> dict[str, Any]:
-    """What the report names: back end, decoding, the headline, k, intervals."""
-    sampling = _settings_for(params, shared)
-    n = sampling.samples
-    if params.greedy:
-        decoding = "greedy (argmax, temperature 0), 1 sample per prompt"
-    else:
-        top_k = "off" if sampling.top_k < 0 else sampling.top_k
-        decoding = (f"sampled (temperature {sampling.temperature}, top_p {sampling.top_p}, "
-                    f"top_k {top_k}), n = {n} sample{'s' if n > 1 else ''} per prompt")
-    used, skipped = usable_k(params.pass_k, n)
-    ks = ", ".join(map(str, used)) or "none"
-    if skipped:
-        ks += (f"; skipped k = {', '.join(map(str, skipped))}: more than the {n} sample"
-               f"{'s' if n > 1 else ''} per prompt")
-    fn = reward.custom_reward_function
-    sources = ", ".join(f"{s} {v['prompts']}" for s, v in base["by_data_source"].items())
-    return {
-        "backend": pick_backend(params.backend),
-        "decoding": decoding,
-        "max new tokens": sampling.max_new_tokens,
-        "prompts": f"{base['prompts']} ({sources})",
-        "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
-        "group's function, as in training, by data_source), mean@n over samples; a sample "
-        "is correct for pass@k and maj@k when its reward is at least "
-        f"{follow('eval.correct_reward', params.correct_reward, reward.correct_score)}",
-        "pass@k, maj@k": f"k = {ks}",
-        "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
-        "first '#### '; flexible-extract: the last number), on the GSM8K-style data sources "
-        f"{', '.join(sorted(GSM8K_SOURCES))} only ({base['gsm8k_prompts']} prompts); n/a "
-        "elsewhere; strict format rate: the share of responses with a '#### <number>' answer, "
-        "right or wrong",
-        "degeneration": "truncation (hit the token cap), repetition (a line 3 times, or half "
-        "the word 4-grams repeated), no reasoning (under 3 words or no number before the "
-        "answer): docs/rewards.md",
-        "intervals": f"95%, paired bootstrap over prompts, {params.bootstrap_resamples} "
-        f"resamples, seed {params.seed}",
-    }

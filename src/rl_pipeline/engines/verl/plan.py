@@ -1,0 +1,347 @@
+"""The verl preflight: compose verl's config for a run and check it, as far as a CPU can.
+
+It works through the modules beside it in one pass: the rules verl's workers would raise on
+later (``preflight``), the cluster (``cluster``), verl's own config classes, the prompts and the
+reward (``checks``), the machine's arithmetic (``host``) and vLLM's command line
+(``vllm_args``), and reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from rl_pipeline.engines.problems import PreflightError, Problem
+from rl_pipeline.engines.verl.checks import (
+    check_chat_template,
+    check_prompts,
+    check_reward,
+    check_vllm_args,
+    resolved_yaml,
+    validate_with_verl,
+)
+from rl_pipeline.engines.verl.cluster import (
+    RewardTarget,
+    WorkerPaths,
+    check_nodes,
+    check_shipped_reward,
+    check_storage,
+    check_tracking,
+    on_cluster,
+)
+from rl_pipeline.engines.verl.config import (
+    LEGACY_TRAINER_ESTIMATORS,
+    LaunchInputs,
+    command_line,
+    compose_verl_config,
+    cpu_overrides,
+    hydra_overrides,
+    launch_overrides,
+    override_key,
+    owned_keys,
+    spec_values,
+)
+from rl_pipeline.engines.verl.host import (
+    ModelFacts,
+    check_driver,
+    disk_plan,
+    disk_problem,
+    driver_problem,
+    driver_version,
+    free_gib,
+    local_cpus,
+    memory_plan,
+    memory_problem,
+    ray_cpu_problem,
+    ray_cpus_needed,
+    times_in,
+)
+from rl_pipeline.engines.verl.preflight import (
+    Hardware,
+    check_attention,
+    check_gpus,
+    check_rollout_engine,
+    check_verl,
+    requirements,
+    resolve_hardware,
+)
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VerlPlan:
+    """A checked launch: the overrides (verl's command line), the config, what was checked."""
+
+    overrides: list[str]
+    config: DictConfig
+    hardware: Hardware
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def command(self) -> str:
+        return command_line(self.overrides)
+
+
+def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: LaunchInputs,
+              *, gpus_visible: int, training: bool, train_rows: int | None = None,
+              contact_cluster: bool = False) -> VerlPlan:
+    """Compose verl's config for this run and check it, as far as a CPU can.
+
+    Args:
+        verl: ``train.verl``.
+        data: The shared ``data`` group.
+        reward: The ``reward`` group.
+        inputs: The catalog's paths, the tracking URI and the Ray address.
+        gpus_visible: CUDA GPUs on this machine.
+        training: Training starts next: this machine must have the GPUs (checked first, with
+            one message). Otherwise only the configuration is checked, on any machine.
+        train_rows: Rows of ``train_prompts``, for the batch-size check.
+        contact_cluster: With a Ray address, run a check task on every node of the cluster
+            (:func:`~rl_pipeline.engines.verl.cluster.check_nodes`). Off, only the
+            configuration is checked, offline.
+
+    Raises:
+        GPUsNeededError: When training on a machine without enough GPUs.
+        PreflightError: Listing every problem found.
+    """
+    started = time.perf_counter()
+    cpu = verl.device == "cpu"
+    # The driver needs GPUs only when it is the machine that trains (no Ray cluster).
+    local = training and not inputs.ray_address and not cpu
+    # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
+    hardware = resolve_hardware(verl, gpus_visible if local else max(gpus_visible, 1))
+    if local:
+        # An old driver shows as no GPUs at all: say so first, naming both versions.
+        check_driver()
+        check_gpus(hardware, gpus_visible, verl.trainer_n_gpus_per_node)
+    problems = check_verl(verl, data, hardware, train_prompts=train_rows,
+                          gpus_visible=gpus_visible if local else None,
+                          ray_address=inputs.ray_address)
+    if not inputs.ray_address:  # on a cluster each node checks its own (check_nodes)
+        problems += check_attention(verl)
+    paths = WorkerPaths(inputs.train_files, inputs.val_files, inputs.model_path,
+                        inputs.checkpoints_dir)
+    target = RewardTarget(reward.custom_reward_function.path, reward.custom_reward_function.name)
+    report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
+                              "training": training}
+    if on_cluster(hardware, inputs.ray_address):
+        if inputs.ray_address and verl.trainer_n_gpus_per_node == "auto":
+            problems.append(Problem("trainer_n_gpus_per_node", "auto", "a number on a Ray "
+                                    "cluster (auto counts the driver's GPUs)"))
+        problems += check_storage(paths, inputs.shared_root)
+        problems += check_tracking(inputs.tracking_uri)
+        if inputs.ray_address:
+            problems += check_shipped_reward(target)
+    if local:
+        problems += check_rollout_engine(verl)
+    if cpu and inputs.ray_address:
+        problems.append(Problem("ray_address", inputs.ray_address, "none with train.verl."
+                                "device: cpu (it starts its own local Ray)", group="train"))
+    if inputs.ray_address and contact_cluster:
+        problems += check_nodes(inputs.ray_address, hardware, paths, target, report,
+                                attention=verl.actor_model_attn_implementation,
+                                training=training)
+    values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
+              "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
+    launch = launch_overrides(values, inputs, reward,
+                              critic=verl.algorithm_adv_estimator == "gae",
+                              pip=requirements(verl.pypi_packages_override),
+                              legacy_trainer=verl.algorithm_adv_estimator
+                              in LEGACY_TRAINER_ESTIMATORS)
+    if cpu:
+        launch += cpu_overrides(hardware.gpus_per_node)
+    problems += _check_user_overrides(verl.overrides, launch)
+    overrides = hydra_overrides(values, [*launch, *verl.overrides])
+    try:
+        config = compose_verl_config(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        problems += _composition_problems(values, launch, verl.overrides, exc)
+        raise PreflightError(problems) from None
+    problems += validate_with_verl(config)
+    problems += _check_inputs(config, inputs, reward, target, report)
+    problems += _check_host(verl, config, inputs, report, local=local,
+                            cluster=on_cluster(hardware, inputs.ray_address))
+    if not cpu and not any(p.parameter == "base_model" for p in problems):
+        # verl reads the model's config to build vLLM's command line
+        problems += check_vllm_args(config, verl.overrides, report)
+    if problems:
+        raise PreflightError(problems)
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    logger.info("verl preflight passed in %.1fs: %d GPU(s) x %d node(s), tensor parallel %d",
+                report["seconds"], hardware.gpus_per_node, hardware.nnodes,
+                hardware.tensor_parallel)
+    return VerlPlan(overrides=overrides, config=config, hardware=hardware, report=report)
+
+
+def planned_steps(config: DictConfig) -> int:
+    """The steps verl's trainer will run: ``trainer.total_training_steps`` when set, else
+    whole batches of the training prompts (its loader drops the last partial one) times the
+    epochs, as ``RayPPOTrainer`` counts them."""
+    if config.trainer.total_training_steps is not None:
+        return int(config.trainer.total_training_steps)
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _files(config.data.train_files))
+    return rows // config.data.train_batch_size * config.trainer.total_epochs
+
+
+def _files(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _check_user_overrides(user: list[str], launch: list[str]) -> list[Problem]:
+    owned = owned_keys(launch)
+    problems = []
+    for override in user:
+        if "=" not in override:
+            problems.append(Problem("overrides", override, "'key=value' Hydra overrides"))
+        elif override_key(override) in owned:
+            problems.append(Problem("overrides", override, f"a key no parameter sets: "
+                                    f"{override_key(override)} is set by "
+                                    f"{owned[override_key(override)]}"))
+    return problems
+
+
+def _composition_problems(values: dict[str, Any], launch: list[str], user: list[str],
+                          exc: Exception) -> list[Problem]:
+    # Hydra stops at the first bad key; compose each user override alone to name them all.
+    base = hydra_overrides(values, launch)
+    try:
+        compose_verl_config(base)
+    except (HydraException, OmegaConfBaseException) as base_exc:
+        return [Problem("overrides", None, f"verl's config did not compose: {base_exc}")]
+    problems = []
+    for override in user:
+        if "=" not in override:
+            continue  # already reported as malformed
+        try:
+            compose_verl_config([*base, override])
+        except (HydraException, OmegaConfBaseException) as one:
+            problems.append(Problem("overrides", override, f"a key of verl's config (prefix "
+                                    f"'+' to add a new one): {_first_line(one)}"))
+    return problems or [Problem("overrides", user, f"verl's config did not compose: {exc}")]
+
+
+def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams,
+                  target: RewardTarget, report: dict[str, Any]) -> list[Problem]:
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(inputs.model_path)
+    except (OSError, ValueError) as exc:
+        return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
+                        f"chat template: {exc}", group="catalog")]
+    problems = check_chat_template(tokenizer, inputs.model_path)
+    prompt_problems, report["prompts"], rows = check_prompts(config, tokenizer)
+    problems += prompt_problems
+    if rows:
+        reward_problems, report["reward"] = check_reward(config, tokenizer, rows, reward,
+                                                         target.path)
+        problems += reward_problems
+    return problems
+
+
+def _check_host(verl: VerlParams, config: DictConfig, inputs: LaunchInputs,
+                report: dict[str, Any], *, local: bool, cluster: bool) -> list[Problem]:
+    """The machine's arithmetic (:mod:`rl_pipeline.engines.verl.host`): the driver, Ray's
+    CPUs, the disk for the kept checkpoints, one GPU's memory; each figure in the report."""
+    problems: list[Problem] = []
+    host: dict[str, Any] = {}
+    cpu = verl.device == "cpu"
+    if not cpu and not local:
+        # Only checking: a machine with an NVIDIA driver is likely the one that trains.
+        host["nvidia_driver"] = version = driver_version()
+        if problem := driver_problem(version):
+            problems.append(Problem("nvidia_driver", version, problem, group="machine"))
+    try:
+        steps = planned_steps(config)
+        host["plan"] = {"steps": steps, "validations": int(config.trainer.val_before_train)
+                        + times_in(steps, config.trainer.test_freq),
+                        "validation_prompts": _validation_prompts(config)}
+    except (OSError, ValueError):  # the prompts are checked (and named) elsewhere
+        steps = None
+    host["ray_cpus_needed"] = ray_cpus_needed(config)
+    if cluster and report.get("cluster", {}).get("checked"):
+        available = report["cluster"]["cpus"]
+        if problem := ray_cpu_problem(config, available, f"the cluster at {inputs.ray_address}"):
+            problems.append(Problem("ray_address", inputs.ray_address, problem, group="train"))
+    elif local:
+        host["ray_cpus_available"] = available = local_cpus(config)
+        if problem := ray_cpu_problem(config, available, "this machine"):
+            problems.append(Problem("trainer_n_gpus_per_node", verl.trainer_n_gpus_per_node,
+                                    problem))
+    facts = ModelFacts.read(inputs.model_path, config.actor_rollout_ref.model.lora_rank,
+                            config.actor_rollout_ref.model.target_modules)
+    if facts is None:
+        host["model"] = "not read (no config.json and safetensors at base_model)"
+    elif steps is not None:
+        disk = disk_plan(config, facts, steps)
+        host["plan"].update(checkpoints_kept=disk.checkpoints_kept,
+                            checkpoint_gib=round(disk.checkpoint_gib, 3),
+                            disk_gib=round(disk.total_gib, 2))
+        # On a cluster, each node's free space (verl_cluster's check task); else this one's.
+        nodes = report.get("cluster", {}).get("nodes", []) if cluster else []
+        free_by_place = ({f"node {n['node']}": n["free_gib"] for n in nodes} if cluster
+                         else {"this machine": free_gib(inputs.checkpoints_dir)})
+        host["plan"]["free_gib"] = {k: round(v, 1) for k, v in free_by_place.items()}
+        for place, free in free_by_place.items():
+            if problem := disk_problem(disk, f"{inputs.checkpoints_dir} on {place}", free):
+                problems.append(Problem("trainer_max_actor_ckpt_to_keep",
+                                        verl.trainer_max_actor_ckpt_to_keep, problem))
+    gpu_gib = verl.gpu_memory_gib
+    if gpu_gib == "auto":
+        gpu_gib = _local_gpu_gib() if local else None
+    if facts is not None and gpu_gib and not cpu:
+        memory = memory_plan(config, facts, gpu_gib)
+        host["gpu_memory"] = {"gpu_gib": round(gpu_gib, 1), **memory.as_dict()}
+        if problem := memory_problem(memory, gpu_gib):
+            problems.append(Problem("gpu_memory_gib", verl.gpu_memory_gib, problem))
+    else:
+        host["gpu_memory"] = "not checked (train.verl.gpu_memory_gib: auto on a machine that " \
+                             "does not train, or null)"
+    report["host"] = host
+    return problems
+
+
+def _validation_prompts(config: DictConfig) -> int:
+    """The prompts each validation generates for: the val files' rows, capped by
+    ``data.val_max_samples``."""
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _files(config.data.val_files))
+    cap = config.data.get("val_max_samples", -1)
+    return min(rows, cap) if cap and cap > 0 else rows
+
+
+def _local_gpu_gib() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def resolved_config_yaml(plan: VerlPlan) -> str:
+    """The resolved config, headed by how to launch it without Kedro."""
+    return (f"# verl {_verl_version()} config composed by rl_pipeline's preflight.\n"
+            f"# Launch it without Kedro: see train_command.sh beside this file.\n"
+            + resolved_yaml(plan.config))
+
+
+def _verl_version() -> str:
+    import verl
+
+    return getattr(verl, "__version__", "?")

@@ -1,0 +1,163 @@
+"""A user error (a bad parameter, record or file) prints its message alone; a bug keeps its
+traceback (rl_pipeline.errors, the run command of rl_pipeline.cli)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from kedro.io import DatasetError
+from kedro.validation.exceptions import ParameterValidationError
+
+from rl_pipeline.cli import run
+from rl_pipeline.data.prompts import DataError
+from rl_pipeline.engines.problems import PreflightError, Problem
+from rl_pipeline.errors import TRACEBACK_ENV, UserError, user_error, user_message
+from rl_pipeline.merge.lora import AdapterError
+from rl_pipeline.models.resolve import ModelResolutionError
+from rl_pipeline.params.base import ConfigError
+from rl_pipeline.rewards.self_test import RewardSelfTestError
+from rl_pipeline.stage_lock import StageLockedError
+from rl_pipeline.staging import StorageError
+from rl_pipeline.training_result import TrainingResultError
+from tests.conftest import GSM8K_TRAIN
+from tests.projects import kedro_run, make_project
+
+
+def _raised(exc: BaseException, cause: BaseException | None = None,
+            context: BaseException | None = None) -> BaseException:
+    """``exc`` as ``raise exc from cause``, or a raise while handling ``context``, leaves it."""
+    exc.__cause__, exc.__context__ = cause, context or cause
+    exc.__suppress_context__ = cause is not None
+    return exc
+
+
+@pytest.mark.parametrize(("cls", "builtin"), [
+    (DataError, ValueError), (AdapterError, ValueError),
+    (ModelResolutionError, FileNotFoundError), (RewardSelfTestError, ValueError),
+    (StageLockedError, RuntimeError)])
+def test_the_projects_user_errors_are_user_errors_and_keep_their_builtin_class(
+        cls, builtin) -> None:
+    error = cls("the message")
+    assert isinstance(error, UserError) and isinstance(error, builtin)
+    assert user_error(error) is error and user_message(error, error) == "the message"
+    storage = StorageError(28, "no space left on device")
+    assert isinstance(storage, UserError) and storage.errno == 28
+
+
+def test_the_parameters_and_training_result_errors_are_user_errors() -> None:
+    """Their modules import nothing of the project's, so rl_pipeline.errors names them."""
+    for error in (ConfigError("a=1: too big"), PreflightError([Problem("x", 1, "2")]),
+                  TrainingResultError("no training_result.json")):
+        assert user_error(error) is error
+
+
+def test_kedro_wrapped_user_errors_count_and_bugs_do_not() -> None:
+    missing = _raised(DatasetError("Failed while loading data from dataset X.\n[Errno 2] nf"),
+                      cause=FileNotFoundError(2, "nf"))
+    assert user_error(missing) is missing
+    assert user_error(DatasetError("input file not found: x.jsonl")) is not None
+    assert user_error(ParameterValidationError("Parameter validation failed")) is not None
+    assert user_error(FileNotFoundError("custom_reward_function.path='r.py': no such file"))
+    # A dataset that fails for a bug, and a bug raised while handling a user error, are bugs.
+    assert user_error(_raised(DatasetError("Failed while saving"), cause=TypeError("x"))) is None
+    assert user_error(_raised(TypeError("oops"), context=DataError("bad record"))) is None
+    assert user_error(KeyError("k")) is None and user_error(RuntimeError("r")) is None
+    # A wrapper that quotes the user error, with or without `from`, stands for it.
+    wrapped = _raised(RuntimeError("stage data_prep: bad record"), context=DataError("bad record"))
+    assert isinstance(user_error(wrapped), DataError)
+    assert user_message(wrapped, user_error(wrapped)) == "stage data_prep: bad record"
+    explicit = _raised(RuntimeError("the stage failed"), cause=ConfigError("a=1: too big"))
+    assert user_message(explicit, user_error(explicit)) == "a=1: too big"
+
+
+def _invoke(monkeypatch, raised: BaseException, **env: str):
+    def fail(**options):
+        raise raised
+    monkeypatch.setattr("rl_pipeline.cli._run_stages", fail)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return CliRunner().invoke(run, ["--pipelines", "data_prep"])
+
+
+def test_run_prints_a_user_errors_message_and_reraises_a_bug(monkeypatch) -> None:
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    result = _invoke(monkeypatch, DataError("1 bad record(s) in train.jsonl"))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: 1 bad record(s) in train.jsonl", f"({TRACEBACK_ENV}=1 shows the traceback)"]
+    bug = _invoke(monkeypatch, TypeError("unsupported operand"))
+    assert isinstance(bug.exception, TypeError)  # on to Kedro's CLI, which prints it whole
+    asked = _invoke(monkeypatch, DataError("bad"), **{TRACEBACK_ENV: "1"})
+    assert isinstance(asked.exception, DataError)
+
+
+# ---------------------------------------------------------------- real `kedro run`s
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A scratch project whose conf/cpu reads conf/base's JSON Lines inputs (its own
+    generated additions out), so that --params dataset_train_split points data_prep at a
+    file."""
+    project = make_project(tmp_path_factory.mktemp("user_errors"))
+    catalog = project / "conf/cpu/catalog.yml"
+    entries = yaml.safe_load(catalog.read_text())
+    for name in ("raw_train", "raw_val"):
+        entries.pop(name)
+    catalog.write_text(yaml.safe_dump(entries))
+    lines = GSM8K_TRAIN.read_text(encoding="utf-8").splitlines()[:4]
+    (project / "bad.jsonl").write_text("\n".join([*lines[:2], '{"question": "cut off',
+                                                  *lines[2:]]) + "\n")
+    (project / "broken_reward.py").write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return 1.0\n\n\nSCALE = 1 / 0\n")
+    return project
+
+
+def _data_prep(project: Path, params: str):
+    result = kedro_run(project, "--pipelines", "data_prep", "--params", params)
+    return result, result.stdout + result.stderr
+
+
+def _assert_told_briefly(result, output: str, message: str) -> None:
+    assert result.returncode == 1, output
+    assert f"Error: {message}" in result.stderr, output
+    assert "Traceback" not in output and "╭" not in output, output  # no (rich) traceback
+    assert len(output.splitlines()) < 40, output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("params", "message", "detail"), [
+    ("data_prep.val_fraction=7", "Parameter validation failed:",
+     "data_prep.val_fraction=7: Input should be less than 1"),
+    ("dataset_train_split=bad.jsonl", "1 bad record(s) in ", "bad.jsonl, line 3: malformed JSON"),
+    ("dataset_train_split=missing.jsonl", "raw_train: input file not found: ",
+     "missing.jsonl (expected a JSON Lines file)"),
+], ids=["bad_parameter", "bad_record", "missing_file"])
+def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
+    result, output = _data_prep(project, params)
+    _assert_told_briefly(result, output, message)
+    assert detail in result.stderr
+
+
+@pytest.mark.slow
+def test_a_prompt_template_without_quotes_names_the_quoting_that_works(project) -> None:
+    result, output = _data_prep(project, "data_prep.prompt_template={Body} {Question}")
+    assert result.returncode == 2, output  # a usage error, before any session
+    assert "Traceback" not in output and "ParserError" not in output, output
+    assert ("""--params 'data_prep.prompt_template="{Body} {Question}"'""" in result.stderr)
+
+
+@pytest.mark.slow
+def test_a_bug_keeps_its_traceback(project) -> None:
+    """A reward file that fails to import is reported as the ValueError it is, with the
+    traceback down to the reward file's line."""
+    result, output = _data_prep(project, "reward.custom_reward_function.path=broken_reward.py,"
+                                         "reward.custom_reward_function.name=score")
+    assert result.returncode == 1, output
+    assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr, output
+    assert "broken_reward.py" in result.stderr
+    assert f"{TRACEBACK_ENV}=1 shows" not in result.stderr
