@@ -1,5 +1,5 @@
 # Two entry points, each of which sets up what it needs on first use:
-#   make run        # the whole default pipeline (kedro run): data_prep, train, merge, eval
+#   make run        # the whole default pipeline (kedro run): data_prep, train, merge, eval, promote
 #   make test       # the test suite (about 16 minutes on 2 cores; CI runs it)
 #   make test-fast  # the edit loop: all but the slow and gpu_boundary tests (under 3 minutes)
 # Set-up: a local virtual environment in .venv, and the small real model the CPU
@@ -32,7 +32,7 @@ PIPELINE ?= __default__
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 # The Airflow DAGs: the whole pipeline and each stage.
-DAG_PIPELINES := __default__,data_prep,train,merge,eval
+DAG_PIPELINES := __default__,data_prep,train,merge,eval,promote
 export KEDRO_DISABLE_TELEMETRY ?= true
 # vLLM without its CUDA dependencies, for checking the `vllm serve` flags verl builds on a
 # machine without vLLM (the gpu_boundary tests, the verl preflight): outside the clone, so

@@ -24,7 +24,7 @@ def generate_dags(project: Path, folder: Path) -> list[Path]:
     """`make airflow-dags`, into ``folder``."""
     done = subprocess.run(
         [sys.executable, "-m", "kedro", "airflow", "create", "--pipelines",
-         "__default__,data_prep,train,merge,eval", "--group-by", "memory", "--jinja-file",
+         "__default__,data_prep,train,merge,eval,promote", "--group-by", "memory", "--jinja-file",
          str(PROJECT_ROOT / "templates/airflow_dag.j2"), "--target-dir", str(folder)],
         cwd=project, capture_output=True, text=True, env=run_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -46,20 +46,22 @@ def test_generated_dags_have_distinct_ids_stage_tasks_in_order_and_conf_schedule
         tmp_path) -> None:
     project = make_project(tmp_path)
     files = generate_dags(project, tmp_path / "dags")
-    assert len(files) == 5
+    assert len(files) == 6
     code, found = dagbag(tmp_path / "dags", tmp_path)
     assert code == 0 and found["import_errors"] == {}
     dags = found["dags"]
     assert set(dags) == {"rl-pipeline-default", "rl-pipeline-data-prep", "rl-pipeline-train",
-                         "rl-pipeline-merge", "rl-pipeline-eval"}
+                         "rl-pipeline-merge", "rl-pipeline-eval", "rl-pipeline-promote"}
     # The whole pipeline: one task per stage, in the documented order (docs/scheduling.md).
     whole = dags["rl-pipeline-default"]["tasks"]
-    assert list(whole) == ["data_prep", "train", "merge", "eval"]
+    # One task per stage (merge's two memory groups are one task), ordered by dependencies.
+    assert sorted(whole) == sorted(["data_prep", "train", "merge", "eval", "promote"])
     assert {task: spec["upstream"] for task, spec in whole.items()} == {
         "data_prep": [], "train": ["data_prep"], "merge": ["train"],
-        "eval": ["data_prep", "merge"]}
+        "eval": ["data_prep", "merge"], "promote": ["eval"]}
     for dag_id, stage in (("rl-pipeline-data-prep", "data_prep"), ("rl-pipeline-train", "train"),
-                          ("rl-pipeline-merge", "merge"), ("rl-pipeline-eval", "eval")):
+                          ("rl-pipeline-merge", "merge"), ("rl-pipeline-eval", "eval"),
+                          ("rl-pipeline-promote", "promote")):
         assert list(dags[dag_id]["tasks"]) == [stage]
     # train is never retried automatically, anywhere; the others are, once.
     assert whole["train"]["retries"] == dags["rl-pipeline-train"]["tasks"]["train"]["retries"] == 0
@@ -68,13 +70,47 @@ def test_generated_dags_have_distinct_ids_stage_tasks_in_order_and_conf_schedule
     assert {dag_id: dag["schedule"] for dag_id, dag in dags.items()} == {
         "rl-pipeline-default": "0 2 * * 0", "rl-pipeline-data-prep": "0 1 * * *",
         "rl-pipeline-train": None, "rl-pipeline-merge": None,
-        "rl-pipeline-eval": "0 6 * * *"}
+        "rl-pipeline-eval": "0 6 * * *", "rl-pipeline-promote": None}
     assert {(dag["max_active_runs"], dag["catchup"]) for dag in dags.values()} == {(1, False)}
     # Each task runs its stage as a scheduled run.
     text = (tmp_path / "dags/rl_pipeline_dag.py").read_text()
     assert '_run_stage("train", ["prepare_training_node", "train_model_node"])' in text
+    assert '_run_stage("merge", ["merge_model_node", "publish_merged_model_node"])' in text
 
     # Two files with one dag_id (what the stock template generates) fail the check.
     (tmp_path / "dags/copy_of_train_dag.py").write_text(files[-1].read_text())
     code, found = dagbag(tmp_path / "dags", tmp_path)
-    assert code == 1 and len(found["dags"]) == 5
+    assert code == 1 and len(found["dags"]) == 6
+
+
+def _task_failure(dag_file: Path, cwd: Path, tmp_path: Path) -> str:
+    """Run the DAG file's stage task body in Airflow's environment, in ``cwd``; its error."""
+    if not AIRFLOW_PYTHON.exists():
+        pytest.skip("no Airflow environment: `make test` makes .venv-airflow")
+    code = ("import runpy, sys\n"
+            f"task = runpy.run_path({str(dag_file)!r})['_run_stage']\n"
+            "try:\n    task('data_prep', [])\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    done = subprocess.run([str(AIRFLOW_PYTHON), "-c", code], cwd=cwd, capture_output=True,
+                          text=True, env={"AIRFLOW_HOME": str(tmp_path / "airflow"),
+                                          "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_task_fails_unretried_naming_what_a_retry_cannot_fix(tmp_path) -> None:
+    """Outside the project folder the task names the folder it ran in (not a misleading
+    MLflow store error); with the project not installed in Airflow's environment it names the
+    install command with the CPU constraints. Both fail at once (no 10-minute retry wait)."""
+    project = make_project(tmp_path)
+    (dag_file,) = [f for f in generate_dags(project, tmp_path / "dags")
+                   if f.name == "rl_pipeline_data_prep_dag.py"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = _task_failure(dag_file, elsewhere, tmp_path)
+    assert out.startswith(f"AirflowFailException the task runs in {elsewhere}, which is not "
+                          "the rl_pipeline project folder"), out
+    out = _task_failure(dag_file, project, tmp_path)  # .venv-airflow has no kedro
+    assert out.startswith("AirflowFailException No module named 'kedro': install the project "
+                          "into Airflow's environment"), out
+    assert "pip install -e . -c constraints-cpu.txt" in out

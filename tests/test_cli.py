@@ -10,7 +10,8 @@ from rl_pipeline.pipeline_registry import STAGES
 
 
 def test_the_default_pipeline_runs_each_stage_in_order() -> None:
-    assert stages_to_run(None, [], {}) == list(STAGES) == ["data_prep", "train", "merge", "eval"]
+    assert stages_to_run(None, [], {}) == list(STAGES) == [
+        "data_prep", "train", "merge", "eval", "promote"]
     assert stages_to_run("__default__", [], {}) == list(STAGES)
     # --pipelines takes any order (Kedro keeps a set); stages still run in pipeline order.
     assert stages_to_run(None, ["eval", "data_prep"], {}) == ["data_prep", "eval"]

@@ -53,7 +53,8 @@ OTHER_LANGS = {"python", "yaml", "yml", "text", "json", "toml", "ini", "crontab"
                "markdown", "diff"}
 # Programs a command may start with besides kedro, make, python and the repository's scripts.
 ALLOWED_PROGRAMS = {
-    "apt-get", "awk", "bash", "cd", "curl", "do", "done", "echo", "export", "for", "git",
+    "airflow", "apt-get", "awk", "bash", "cd", "curl", "do", "done", "echo", "export", "for",
+    "git", "grep", "pip",
     "hostname", "journalctl", "mlflow", "nvidia-smi", "ray", "scontrol", "set", "sleep",
     "source", "srun", "sudo", "systemctl",
 }

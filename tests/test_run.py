@@ -211,7 +211,8 @@ SHORT = ("train.trl.max_steps=2,data.data_max_response_length=24,train.trl.save_
          "eval.max_prompts=4")
 
 
-def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_path) -> None:
+def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs(
+        tmp_path) -> None:
     project = make_project(tmp_path)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -241,11 +242,12 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
 
     # One MLflow run per stage, in order, each with its own parameters, metrics and reports.
     client, runs = mlflow_runs(project)
-    assert [r.info.run_name for r in runs] == ["data_prep", "train", "merge", "eval"]
+    assert [r.info.run_name for r in runs] == ["data_prep", "train", "merge", "eval",
+                                               "promote"]
     assert {r.info.status for r in runs} == {"FINISHED"}
     # Lineage: one execution, the commit, and each dataset version from save to load.
     assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
-    assert len({r.data.tags["run_id"] for r in runs}) == 4  # Kedro's run (session) id
+    assert len({r.data.tags["run_id"] for r in runs}) == 5  # Kedro's run (session) id
     assert {(r.data.tags["git_commit"], r.data.tags["git_dirty"]) for r in runs} == \
         {(commit, "false")}
     saved = run_tags(runs, "data_prep")["dataset.saved.train_prompts"]
@@ -255,7 +257,7 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     assert run_tags(runs, "merge")["source.train_prompts_version"] == saved
     assert run_tags(runs, "eval")["dataset.loaded.merged_model"] == \
         run_tags(runs, "merge")["dataset.saved.merged_model"]
-    prep, train, merge, evaluation = runs
+    prep, train, merge, evaluation, promotion = runs
     assert prep.data.metrics["data_prep.rows_out.val"] == 200  # conf/cpu's held-out additions
     assert prep.data.metrics["data_prep.reward_self_test.rl_pipeline/arithmetic.gold_correct"] \
         == 1.0
@@ -306,3 +308,22 @@ def test_default_cpu_run_trains_merges_and_evaluates_in_four_mlflow_runs(tmp_pat
     for stage in ("merge", "eval"):  # the weights they used, and their identity
         assert run_tags(runs, stage)["source.train_run_id"] == train.info.run_id
         assert run_tags(runs, stage)["source.train_identity"] == identity
+
+    # The registry: the merged model is version 1 with its lineage, eval made it the
+    # candidate, and the gate decided against the base model, with its reasons.
+    (version,) = client.search_model_versions("name='rl_pipeline'")
+    assert version.tags["catalog.path"] == str(merged)
+    assert version.tags["merge_run_id"] == merge.info.run_id
+    assert version.tags["train_run_id"] == train.info.run_id
+    assert version.tags["train_prompts_version"] == saved
+    assert version.tags["eval.run_id"] == evaluation.info.run_id
+    assert version.tags["eval.verdict"] == verdict and version.tags["eval.reference"] == "base"
+    assert client.get_model_version_by_alias("rl_pipeline", "candidate").version == "1"
+    decision = json.loads((project / "data/08_reporting/promotion_decision.json").read_text())
+    assert decision["reference"] == "base" and decision["changed"]
+    assert promotion.data.tags["promote.promoted"] == str(decision["promoted"]).lower()
+    assert promotion.data.tags["promote.reasons"].startswith("mean_reward: ")
+    champion = client.get_registered_model("rl_pipeline").aliases.get("champion")
+    assert champion == ("1" if decision["promoted"] else None)
+    card = (merged / "README.md").read_text()
+    assert "model-index" in card and "rl_pipeline/arithmetic" in card

@@ -181,6 +181,14 @@ class LineageHook:
                 "eval.verdict_reasons": "; ".join(verdict["reasons"])[:_TAG_LIMIT],
                 **{f"eval.verdict.{source}": v["verdict"]
                    for source, v in verdict["by_data_source"].items()}})
+        decision = outputs.get("promotion_decision")
+        if isinstance(decision, dict):  # the promote stage: what the gate decided, and why
+            mlflow.set_tags({
+                "promote.promoted": str(decision["promoted"]).lower(),
+                "promote.changed": str(decision["changed"]).lower(),
+                "promote.candidate": decision["candidate"],
+                "promote.reference": decision["reference"],
+                "promote.reasons": "; ".join(decision["reasons"])[:_TAG_LIMIT]})
         metadata = outputs.get("merge_metadata")
         if isinstance(metadata, dict):  # the merge stage: the train run and its prompt data
             self._tag_sources(metadata.get("training_run") or {})

@@ -72,3 +72,30 @@ def end_orphaned_runs(client: mlflow.MlflowClient, experiment_id: str, current_r
                        ", ".join(ended))
     return ended
 
+
+
+def active_sources() -> tuple[str | None, dict[str, str]]:
+    """The active run's id and its ``source.*`` tags: the train run, its identity and its
+    prompt versions, which :class:`~rl_pipeline.hooks.LineageHook` sets on merge and eval."""
+    run = mlflow.active_run()
+    if run is None:
+        return None, {}
+    tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
+    return run.info.run_id, {k: v for k, v in tags.items() if k.startswith("source.")}
+
+
+def prompt_facts(sources: dict[str, str]) -> dict[str, object]:
+    """The training prompts' versions (from ``source.*`` tags) and row count (the train
+    run's ``train_prompts`` metric), for a model card."""
+    versions = {k.removeprefix("source.").removesuffix("_version"): v
+                for k, v in sources.items() if k.endswith("_version")}
+    rows: dict[str, int] = {}
+    train_run = sources.get("source.train_run_id")
+    if train_run and train_run != "unknown":
+        try:
+            metrics = mlflow.MlflowClient().get_run(train_run).data.metrics
+        except mlflow.exceptions.MlflowException:  # another tracking store
+            metrics = {}
+        if "train_prompts" in metrics:
+            rows["train_prompts"] = int(metrics["train_prompts"])
+    return {"versions": versions, "rows": rows, "data_sources": []}

@@ -6,7 +6,7 @@ from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
 # The order of the stages in a full run; `__default__` chains them.
-STAGES = ("data_prep", "train", "merge", "eval")
+STAGES = ("data_prep", "train", "merge", "eval", "promote")
 
 
 def register_pipelines() -> dict[str, Pipeline]:

@@ -43,7 +43,8 @@ def _scored(label: str, answer) -> pd.DataFrame:
 
 def _verdict(base, trained) -> tuple[dict, str, dict]:
     _, table, metrics, mlflow, report, _ = summarize_eval(
-        _scored("base", base), _scored("trained", trained), GREEDY, DataParams(), REWARD)
+        _scored("base", base), _scored("trained", trained), pd.DataFrame(), GREEDY, DataParams(),
+        REWARD)
     return metrics["trained"], report, mlflow
 
 

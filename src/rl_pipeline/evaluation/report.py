@@ -295,7 +295,7 @@ def for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
     def trim(values: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for key, value in values.items():
-            if key == "vs_base":
+            if key.startswith("vs_"):
                 value = {m: {k: c[k] for k in kept} for m, c in value.items()}
             elif isinstance(value, dict):
                 value = trim(value)
@@ -303,3 +303,13 @@ def for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
         return out
 
     return trim(metrics)
+
+
+def champion_lines(trained: dict[str, Any]) -> list[str]:
+    """The report's section on the promotion gate's reference: trained - champion, paired."""
+    lines = ["## Against the champion (the promotion gate's reference)", "",
+             "| metric | delta | 95% interval |", "|---|---|---|"]
+    for metric, c in trained.get("vs_champion", {}).items():
+        if isinstance(c, dict) and "ci_low" in c:
+            lines.append(f"| {_name(metric)} | {c['delta']:+.3f} | {_interval(c)} |")
+    return lines

@@ -23,6 +23,7 @@ from rl_pipeline.jsonfile import read_object
 from rl_pipeline.merge import MERGE_METADATA, MergeVerificationError
 from rl_pipeline.merge.lora import merge_lora, read_adapter
 from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_copy, verify_merge
+from rl_pipeline.model_card import write_manifest
 from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import MergeParams
 from rl_pipeline.training_result import RECORD, TrainingResult
@@ -59,8 +60,8 @@ def make_standalone_model(training_result: str, base_model: str,
         params: The ``merge`` parameters.
 
     Returns:
-        The merged model, in a hidden work folder (in ``params.scratch_dir``), and its
-        metadata; with ``params.registered_model_name`` also registered in MLflow.
+        The merged model, in a hidden work folder (in ``params.scratch_dir``), with its
+        metadata and a SHA256SUMS manifest of its files.
 
     Raises:
         TrainingResultError: If the folder or its record is not a training result.
@@ -83,34 +84,12 @@ def make_standalone_model(training_result: str, base_model: str,
                     "kind": result.kind, "engine": result.engine, "checkpoint": result.source,
                     "export_checks": result.checks, "training_run": result.run, **metadata}
         (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
-        if params.registered_model_name:
-            metadata["registered_model"] = {"name": params.registered_model_name,
-                                            "uri": _register(work, params.registered_model_name)}
-            (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
+        # Every file as verified, so a later stage can tell this model from a changed one.
+        write_manifest(work)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return MergeResult(work, metadata)
-
-
-def _register(folder: Path, name: str) -> str:
-    """Log the model in ``folder`` to the active MLflow run (transformers flavour) and
-    register it as ``name``.
-
-    Returns:
-        The logged model's URI.
-    """
-    import mlflow
-    import transformers
-
-    logger.info("Logging the merged model to MLflow and registering it as %s", name)
-    # Explicit requirements: mlflow's inference imports every optional vision/audio package.
-    requirements = [f"transformers=={transformers.__version__}",
-                    f"torch=={torch.__version__.split('+')[0]}", "safetensors", "accelerate"]
-    info = mlflow.transformers.log_model(transformers_model=str(folder), name="merged_model",
-                                         task="text-generation", registered_model_name=name,
-                                         pip_requirements=requirements)
-    return info.model_uri
 
 
 def _merge_lora(base: Path, adapter_dir: Path, out: Path, params: MergeParams) -> dict[str, Any]:

@@ -24,15 +24,16 @@ from rl_pipeline.params.base import (
 from rl_pipeline.params.data import DataParams, DataPrepParams, FewShotExample
 from rl_pipeline.params.eval import EvalParams
 from rl_pipeline.params.merge import MergeParams
+from rl_pipeline.params.registry import PromoteParams, RegistryParams
 from rl_pipeline.params.reward import CustomRewardFunction, RewardParams
 from rl_pipeline.params.train import TrainParams
 
 # Every parameter group, by its key in conf/*/parameters*.yml.
 PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
     model.group: model for model in (DataParams, DataPrepParams, RewardParams, EvalParams,
-                                     MergeParams, TrainParams)}
+                                     MergeParams, TrainParams, RegistryParams, PromoteParams)}
 
 __all__ = ["FOLLOWERS", "PARAMETER_GROUPS", "ConfigError", "CustomRewardFunction", "DataParams",
            "DataPrepParams", "EvalParams", "FewShotExample", "Follower", "MergeParams",
-           "ParamGroup", "RewardParams", "TrainParams", "cross_group_problems",
-           "disagreeing_followers", "follow"]
+           "ParamGroup", "PromoteParams", "RegistryParams", "RewardParams", "TrainParams",
+           "cross_group_problems", "disagreeing_followers", "follow"]

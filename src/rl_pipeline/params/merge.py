@@ -23,6 +23,4 @@ class MergeParams(ParamGroup):
     verify_probes: list[str] | None = Field(
         None, description="Prompts whose logits prove merged == base + adapter (null: three "
         "built-in probes).")
-    registered_model_name: str | None = Field(
-        None, description="Also log the merged model to MLflow (transformers flavour) and "
-        "register it under this name. Off (null) by default: multi-GB uploads are slow.")
+    # Registering the merged model: the registry group (rl_pipeline.params.registry).

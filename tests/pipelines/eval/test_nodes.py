@@ -26,8 +26,8 @@ def _scored(right: range, label: str) -> pd.DataFrame:
 
 def _summary(base_right: range, trained_right: range) -> tuple[dict, str, object]:
     _, _, metrics, _, report, chart = summarize_eval(
-        _scored(base_right, "base"), _scored(trained_right, "trained"), GREEDY, DataParams(),
-        RewardParams())
+        _scored(base_right, "base"), _scored(trained_right, "trained"), pd.DataFrame(), GREEDY,
+        DataParams(), RewardParams())
     return metrics, report, chart
 
 

@@ -15,7 +15,14 @@ from verl.utils.reward_score import gsm8k as verl_gsm8k
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.datasets.mlflow_table import MlflowTableDataset
 from rl_pipeline.evaluation.gsm8k import normalise
-from rl_pipeline.params import DataParams, DataPrepParams, EvalParams, RewardParams
+from rl_pipeline.params import (
+    DataParams,
+    DataPrepParams,
+    EvalParams,
+    PromoteParams,
+    RegistryParams,
+    RewardParams,
+)
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
 from tests.conftest import read_gsm8k
@@ -25,6 +32,13 @@ EVAL = {"backend": "hf", "max_prompts": 3, "n_samples": 2, "greedy": False,
         "bootstrap_resamples": 1000}
 REWARD = {"custom_reward_function": {"path": None, "name": "compute_score"}, "strict": False}
 TABLE = "eval/eval_generations.json"
+
+
+class _Kept(MemoryDataset):
+    """A MemoryDataset the runner does not release after its last reader."""
+
+    def _release(self) -> None:
+        pass
 
 
 def _val_prompts() -> pd.DataFrame:
@@ -42,13 +56,18 @@ def _run(base: Path, merged: Path | None, data_params: dict,
         "base_model": MemoryDataset(str(base)),
         "merged_model": MemoryDataset(str(merged) if merged else None),
         "eval_generations_table": table or MemoryDataset(),
+        "eval_metrics": _Kept(),  # record_eval reads it too: kept for the test
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
     catalog["params:eval"] = EvalParams.model_validate(EVAL)
     catalog["params:data"] = DataParams.model_validate(data_params)
     catalog["params:reward"] = RewardParams.model_validate(REWARD)
     catalog["params:train"] = TrainParams()
+    catalog["params:registry"] = RegistryParams(model_name=None)  # eval alone, no registry
+    catalog["params:promote"] = PromoteParams()
     outputs = SequentialRunner().run(create_pipeline(), catalog)
+    outputs["eval_metrics"] = catalog["eval_metrics"]
+    assert outputs["eval_registry"].load() == {"recorded": False}  # no registry here
     return outputs, catalog
 
 

@@ -41,7 +41,8 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     adapter = train_tiny_lora(tiny_model_dir, tmp_path / "adapter")
     _stage_adapter(project, adapter)
     result = kedro_run(project, "--pipelines", "merge", "--params",
-                       f"base_model={tiny_model_dir},merge.registered_model_name=tiny-merged")
+                       f"base_model={tiny_model_dir},registry.model_name=tiny-merged,"
+                       "registry.copy_weights=true")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     merged = Path(_merged(project))
@@ -58,9 +59,14 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     assert run.info.run_name == "merge" and run.info.status == "FINISHED"
     assert run.data.metrics["merge.max_abs_diff"] < run.data.metrics["merge.tolerance"]
     assert {a.path for a in client.list_artifacts(run.info.run_id, "merge")} == {
-        "merge/merge_metadata.json"}
+        "merge/merge_metadata.json", "merge/registered_model.json"}
+    # registry.copy_weights: the version is the weights logged to the merge run, tagged with
+    # where the catalog keeps the folder and the hash of its weights.
     (version,) = client.search_model_versions("name='tiny-merged'")
-    assert version.run_id == run.info.run_id
+    assert version.run_id == run.info.run_id and version.source.startswith("models:/")
+    assert version.tags["storage"] == "mlflow copy"
+    assert version.tags["catalog.path"] == str(merged)
+    assert version.tags["sha256.model.safetensors"] in (merged / "SHA256SUMS").read_text()
+    assert (merged / "README.md").read_text().startswith("---\nbase_model: ")
     metadata = json.loads((merged / "merge_metadata.json").read_text())
-    assert metadata["registered_model"]["name"] == "tiny-merged"
     assert metadata["verification"]["passed"] and metadata["adapter"].endswith("training_result")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rl_pipeline import lineage, registry
 from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import generate, pick_backend, sampling_settings
 from rl_pipeline.evaluation.generations_table import generations_table
@@ -19,6 +21,7 @@ from rl_pipeline.evaluation.metrics import (
     per_prompt_scores,
 )
 from rl_pipeline.evaluation.report import (
+    champion_lines,
     eval_chart,
     for_mlflow,
     markdown_report,
@@ -26,7 +29,11 @@ from rl_pipeline.evaluation.report import (
 )
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
+from rl_pipeline.jsonfile import read_object
+from rl_pipeline.merge import MERGE_METADATA
+from rl_pipeline.model_card import MANIFEST, card_facts, check_manifest, render_card, write_card
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.params.registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.tracking import mlflow_metrics
 
@@ -54,12 +61,44 @@ def evaluate_trained(prompts: pd.DataFrame, merged_model: str | None, eval_param
     if merged_model is None:
         logger.info("No merged_model yet: evaluating the base model only")
         return pd.DataFrame()
+    if (Path(merged_model) / MANIFEST).is_file():
+        check_manifest(merged_model)  # the model merge verified, file for file
+    else:
+        logger.warning("%s has no %s (merged before manifests): its files are not checked",
+                       merged_model, MANIFEST)
     return _evaluate(prompts, merged_model, "trained", eval_params, data, reward, train)
 
 
+def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
+                      registry_params: RegistryParams, promote: PromoteParams,
+                      eval_params: EvalParams, data: DataParams, reward: RewardParams,
+                      train: TrainParams) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The champion's answers on the same prompts: the promotion gate's reference, paired
+    with the trained model's. Empty when there is no champion, when ``promote.reference`` is
+    base, or when the model evaluated is the champion.
+
+    Returns:
+        The champion's scored generations, and which version it is (``champion_model``).
+
+    Raises:
+        RegistryError: When the champion's weights are gone.
+        ManifestError: When its files differ from its manifest.
+    """
+    name = registry_params.model_name
+    if not name or promote.reference != "champion" or merged_model is None:
+        return pd.DataFrame(), {}
+    champion = registry.alias(name, registry.CHAMPION)
+    if champion is None or champion.tags.get(registry.PATH_TAG) == str(
+            Path(merged_model).absolute()):
+        return pd.DataFrame(), {}
+    folder = registry.model_folder(champion, registry.CHAMPION)
+    frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, train)
+    return frame, {"name": name, "version": champion.version, "path": str(folder)}
+
+
 def summarize_eval(
-    base: pd.DataFrame, trained: pd.DataFrame, eval_params: EvalParams, data: DataParams,
-    reward: RewardParams,
+    base: pd.DataFrame, trained: pd.DataFrame, champion: pd.DataFrame,
+    eval_params: EvalParams, data: DataParams, reward: RewardParams,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], dict[str, dict[str, float]], str,
            Figure]:
     """Metrics per model, side by side, and the trained model's differences with intervals.
@@ -93,6 +132,20 @@ def summarize_eval(
         examples = pick_examples(frames["base"], frames["trained"], correct)
     report = markdown_report(metrics, report_settings(params, data, reward, metrics["base"]),
                              examples)
+    if "trained" in frames and not champion.empty:
+        # The promotion gate's reference, on the same prompts (paired).
+        scores = per_prompt_scores(champion, params.pass_k, correct)
+        champion_metrics = model_metrics(champion.drop(columns="reward_error"),
+                                         int(champion["reward_error"].sum()), params.pass_k,
+                                         correct, params.bootstrap_resamples, params.seed,
+                                         scores)
+        compared = compare_models(scores, per_prompt["trained"], params.bootstrap_resamples,
+                                  params.seed)
+        for source, comparison in compared.pop("by_data_source").items():
+            metrics["trained"]["by_data_source"][source]["vs_champion"] = comparison
+        metrics["trained"]["vs_champion"] = compared
+        report += "\n" + "\n".join(champion_lines(metrics["trained"])) + "\n"
+        metrics["champion"] = champion_metrics
     for label, values in metrics.items():
         logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s, strict format "
                     "%s, truncation %.3f, repetition %.3f, no reasoning %.3f", label,
@@ -105,7 +158,69 @@ def summarize_eval(
         logger.info("eval verdict: %s (%s)", verdict["verdict"], "; ".join(verdict["reasons"]))
     generations = pd.concat(frames.values(), ignore_index=True)
     return (generations, generations_table(frames), metrics,
-            mlflow_metrics(for_mlflow(metrics), sep="/"), report, eval_chart(metrics))
+            mlflow_metrics(for_mlflow(metrics), sep="/"), report,
+            eval_chart({k: v for k, v in metrics.items() if k in frames}))
+
+
+def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
+                champion_model: dict[str, Any], registry_params: RegistryParams,
+                ) -> dict[str, Any]:
+    """Add eval's results to the registered version of the model evaluated, point the alias
+    ``candidate`` at it, and complete its model card with them.
+
+    The gate's evidence is the comparison with the reference on the same prompts: the
+    champion evaluated here, else the base model.
+
+    Returns:
+        What was recorded (``eval_registry``).
+    """
+    name = registry_params.model_name
+    if not name or merged_model is None or "trained" not in eval_metrics:
+        return {"recorded": False}
+    folder = Path(merged_model)
+    version = registry.version_for_folder(name, folder)
+    trained = eval_metrics["trained"]
+    run_id, sources = lineage.active_sources()
+    if (folder / MERGE_METADATA).is_file():
+        prompts = {**lineage.prompt_facts(sources), "data_sources": list(trained["by_data_source"])}
+        facts = card_facts(read_object(folder / MERGE_METADATA), name, registry_params.license,
+                           prompts)
+        write_card(folder, render_card(facts, trained))
+    if version is None:
+        logger.warning("%s is no version of the registered model %s (merged without the "
+                       "registry): its eval is not recorded there", folder, name)
+        return {"recorded": False, "path": str(folder)}
+    key = "vs_champion" if champion_model.get("version") else "vs_base"
+    reference = f"champion:{champion_model['version']}" if key == "vs_champion" else "base"
+    evidence = {"reference": reference, "overall": _comparisons(trained[key]),
+                "by_data_source": {source: _comparisons(values[key])
+                                   for source, values in trained["by_data_source"].items()
+                                   if key in values}}
+    registry.record_eval(name, version, _results(trained), evidence, run_id)
+    return {"recorded": True, "name": name, "version": version.version,
+            "reference": reference}
+
+
+def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {metric: {k: float(c[k]) for k in ("delta", "ci_low", "ci_high")}
+            for metric, c in compared.items() if isinstance(c, dict) and "ci_low" in c}
+
+
+def _results(trained: dict[str, Any]) -> dict[str, str]:
+    """The version's eval tags: the headline and correctness, their change against the base
+    model with the paired interval, and the verdict."""
+    out = {"eval.verdict": trained["verdict"]["verdict"],
+           "eval.verdict_reasons": "; ".join(trained["verdict"]["reasons"])}
+    for metric in ("mean_reward", "strict_accuracy", "flexible_accuracy", "pass_at_1"):
+        if trained.get(metric) is None:
+            continue
+        out[f"eval.{metric}"] = f"{trained[metric]:.4f}"
+        compared = trained.get("vs_base", {}).get(metric)
+        if compared:
+            out[f"eval.{metric}.vs_base"] = (f"{compared['delta']:+.4f} "
+                                             f"[{compared['ci_low']:+.4f}, "
+                                             f"{compared['ci_high']:+.4f}]")
+    return out
 
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,

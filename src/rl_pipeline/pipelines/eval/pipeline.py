@@ -1,6 +1,13 @@
 from kedro.pipeline import Node, Pipeline
 
-from .nodes import evaluate_base, evaluate_trained, select_eval_prompts, summarize_eval
+from .nodes import (
+    evaluate_base,
+    evaluate_champion,
+    evaluate_trained,
+    record_eval,
+    select_eval_prompts,
+    summarize_eval,
+)
 
 # params:train: eval.vllm_gpu_memory_utilization follows the rollout's (config.FOLLOWERS).
 _SETTINGS = ["params:eval", "params:data", "params:reward", "params:train"]
@@ -27,11 +34,24 @@ def create_pipeline(**kwargs) -> Pipeline:
             name="evaluate_trained_node",
         ),
         Node(
+            func=evaluate_champion,
+            inputs=["eval_prompts", "merged_model", "params:registry", "params:promote",
+                    *_SETTINGS],
+            outputs=["champion_scored", "champion_model"],
+            name="evaluate_champion_node",
+        ),
+        Node(
             func=summarize_eval,
-            inputs=["base_scored", "trained_scored", "params:eval", "params:data",
-                    "params:reward"],
+            inputs=["base_scored", "trained_scored", "champion_scored", "params:eval",
+                    "params:data", "params:reward"],
             outputs=["eval_generations", "eval_generations_table", "eval_metrics",
                      "eval_metrics_mlflow", "eval_report", "eval_chart"],
             name="summarize_eval_node",
+        ),
+        Node(
+            func=record_eval,
+            inputs=["eval_metrics", "merged_model", "champion_model", "params:registry"],
+            outputs="eval_registry",
+            name="record_eval_node",
         ),
     ])

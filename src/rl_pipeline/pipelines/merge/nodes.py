@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from rl_pipeline import lineage, registry
 from rl_pipeline.merge.standalone import make_standalone_model
+from rl_pipeline.model_card import card_facts, check_manifest, render_card, weight_files, write_card
 from rl_pipeline.params import MergeParams
+from rl_pipeline.params.registry import RegistryParams
 from rl_pipeline.tracking import mlflow_metrics
 
 
@@ -20,3 +24,32 @@ def merge_model(training_result: str, base_model: str, merge: MergeParams,
     """
     result = make_standalone_model(training_result, base_model, merge)
     return str(result.path), result.metadata, mlflow_metrics(result.numbers)
+
+
+def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
+                         registry_params: RegistryParams) -> dict[str, Any]:
+    """Give the saved merged model its model card and, with ``registry.model_name``, make it
+    a new version of that registered model (a reference to the catalog's folder, or a copy
+    of the weights with ``registry.copy_weights``), tagged with its lineage and the SHA-256
+    of every weight file.
+
+    Returns:
+        What was registered (``registered_model``): name, version, source, tags.
+    """
+    folder = Path(merged_model)
+    sums = check_manifest(folder)  # the folder the catalog saved is the one merge verified
+    run_id, sources = lineage.active_sources()
+    name = registry_params.model_name
+    facts = card_facts(merge_metadata, name or "rl_pipeline merged model",
+                       registry_params.license, lineage.prompt_facts(sources))
+    write_card(folder, render_card(facts))
+    if not name:
+        return {"registered": False, "path": str(folder)}
+    tags = registry.version_tags(merge_metadata, sources, run_id, folder.parent.name,
+                                 weight_files(sums))
+    version = registry.register_merged_model(
+        name, folder, run_id, tags, copy_weights=registry_params.copy_weights,
+        description=f"Merged {facts['engine']} {facts['algorithm']} model from "
+                    f"{facts['base_model']} ({facts['steps']} steps).")
+    return {"registered": True, "name": name, "version": version.version,
+            "source": version.source, "tags": version.tags}

@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from .nodes import merge_model
+from .nodes import merge_model, publish_merged_model
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -10,5 +10,11 @@ def create_pipeline(**kwargs) -> Pipeline:
             inputs=["training_result", "base_model", "params:merge"],
             outputs=["merged_model", "merge_metadata", "merge_metrics"],
             name="merge_model_node",
+        ),
+        Node(
+            func=publish_merged_model,
+            inputs=["merged_model", "merge_metadata", "params:registry"],
+            outputs="registered_model",
+            name="publish_merged_model_node",
         ),
     ])

@@ -1,0 +1,99 @@
+"""The promotion gate: does a candidate replace the reference (the champion, or the base model
+when there is none yet)?
+
+It reads the paired comparisons candidate - reference that eval computed on the same prompts
+(:func:`~rl_pipeline.evaluation.metrics.compare_models`) and promotes only when
+
+1. the configured metric is up beyond its paired 95% interval (the interval's low end above
+   0), and
+2. no guard metric is worse beyond its tolerance: for a rate that must not rise (truncation,
+   repetition, no reasoning, response length) the interval's low end above the tolerance;
+   for any other metric (higher is better) the interval's high end below minus the tolerance.
+
+A guard is a metric over all prompts (``truncation_rate``) or on one data source
+(``openai/gsm8k:strict_accuracy``). A point estimate alone never decides: a candidate that
+looks better on the mean but whose interval reaches 0 is refused, as noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rl_pipeline.evaluation.metrics import DEGENERATION
+
+# Metrics for which higher is worse.
+LOWER_IS_BETTER = (*DEGENERATION, "mean_response_tokens")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Promote or not, with the numbers and the rule that decided it."""
+
+    promote: bool
+    reasons: list[str]
+    metric: str
+    comparisons: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def guard_comparison(evidence: dict[str, Any], guard: str) -> dict[str, float] | None:
+    """The comparison a guard names: ``metric`` over all prompts, ``source:metric`` on one
+    data source; None when eval has no such comparison."""
+    source, _, metric = guard.rpartition(":")
+    if source:
+        return evidence.get("by_data_source", {}).get(source, {}).get(metric)
+    return evidence.get("overall", {}).get(metric)
+
+
+def decide_promotion(evidence: dict[str, Any], metric: str,
+                     guards: dict[str, float]) -> Decision:
+    """The gate's decision on eval's evidence.
+
+    Args:
+        evidence: ``{"reference": ..., "overall": {metric: comparison}, "by_data_source":
+            {source: {metric: comparison}}}``, each comparison ``delta``, ``ci_low`` and
+            ``ci_high`` of candidate - reference.
+        metric: The metric the candidate must beat the reference on (over all prompts).
+        guards: ``{guard: tolerance}`` (see the module docstring).
+
+    Raises:
+        KeyError: When eval has no comparison for ``metric`` or a guard (the caller names
+            the parameter).
+    """
+    reference = evidence["reference"]
+    main = evidence["overall"].get(metric)
+    if main is None:
+        raise KeyError(metric)
+    used = {metric: main}
+    reasons = []
+    beats = main["ci_low"] > 0
+    reasons.append(f"{metric}: {_change(main)} vs {reference}: "
+                   + ("up beyond the paired 95% interval" if beats else
+                      "not up beyond the paired 95% interval (the interval reaches 0 or "
+                      "below)"))
+    failed = []
+    for guard, tolerance in guards.items():
+        comparison = guard_comparison(evidence, guard)
+        if comparison is None:
+            raise KeyError(guard)
+        used[guard] = comparison
+        name = guard.rpartition(":")[2]
+        if name in LOWER_IS_BETTER:
+            worse = comparison["ci_low"] > tolerance
+            rule = f"must not rise beyond {tolerance:g}"
+        else:
+            worse = comparison["ci_high"] < -tolerance
+            rule = f"must not fall beyond {tolerance:g}"
+        if worse:
+            failed.append(guard)
+        reasons.append(f"guard {guard}: {_change(comparison)} ({rule}): "
+                       + ("worse beyond its tolerance" if worse else "within"))
+    promote = beats and not failed
+    return Decision(promote, reasons, metric, used)
+
+
+def _change(c: dict[str, Any]) -> str:
+    return f"{c['delta']:+.3g} [{c['ci_low']:+.3g}, {c['ci_high']:+.3g}]"

@@ -1,0 +1,242 @@
+"""What travels with every merged model: a ``SHA256SUMS`` manifest of its files, checked
+whenever a later stage loads it, and a ``README.md`` model card in Hugging Face's convention.
+
+The manifest is in ``sha256sum``'s format (``sha256sum -c SHA256SUMS`` checks it by hand). It
+covers every file but itself and the card: the card is documentation that eval completes with
+its results after merge, while a changed, missing or added weight, config or tokenizer file
+changes the model and is refused by name.
+
+The card's YAML front matter follows the Hugging Face Hub's model card metadata
+(``base_model``, ``datasets``, ``tags``, ``library_name``, ``license`` and a ``model-index``
+of eval results), so the folder can be pushed to a hub as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl_pipeline.errors import UserError
+
+MANIFEST = "SHA256SUMS"
+CARD = "README.md"
+_NOT_IN_MANIFEST = {MANIFEST, CARD}
+_CHUNK = 1 << 20
+
+
+class ManifestError(UserError, ValueError):
+    """A model folder's files differ from its manifest; the message names each file."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and p.relative_to(folder).as_posix() not in _NOT_IN_MANIFEST)
+
+
+def write_manifest(folder: str | Path) -> dict[str, str]:
+    """Write ``SHA256SUMS`` for every file in ``folder`` (but itself and the card).
+
+    Returns:
+        ``{relative path: sha256}``.
+    """
+    folder = Path(folder)
+    sums = {name: file_sha256(folder / name) for name in _files(folder)}
+    temporary = folder / f".{MANIFEST}.tmp"
+    temporary.write_text("".join(f"{digest}  {name}\n" for name, digest in sums.items()))
+    os.replace(temporary, folder / MANIFEST)
+    return sums
+
+
+def read_manifest(folder: str | Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of ``folder``'s manifest.
+
+    Raises:
+        ManifestError: When there is none, or a line is not ``<64 hex digits>  <path>``.
+    """
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise ManifestError(f"{path}: missing. Every merged model carries one since the merge "
+                            "stage writes it; merge the model again (kedro run --pipelines "
+                            "merge)")
+    sums = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name or any(c not in "0123456789abcdef" for c in digest):
+            raise ManifestError(f"{path}, line {number}: expected '<sha256 in hex>  <file>', "
+                                f"found {line[:120]!r}")
+        sums[name] = digest
+    return sums
+
+
+def check_manifest(folder: str | Path) -> dict[str, str]:
+    """Check ``folder``'s files against its manifest.
+
+    Returns:
+        ``{relative path: sha256}``, as checked.
+
+    Raises:
+        ManifestError: Naming every file that changed, went missing or was added.
+    """
+    folder = Path(folder)
+    expected = read_manifest(folder)
+    present = set(_files(folder))
+    problems = [f"{name}: missing" for name in sorted(set(expected) - present)]
+    problems += [f"{name}: not in the manifest (added after merge)"
+                 for name in sorted(present - set(expected))]
+    problems += [f"{name}: changed (sha256 {file_sha256(folder / name)[:12]}..., the manifest "
+                 f"says {digest[:12]}...)" for name, digest in expected.items()
+                 if name in present and file_sha256(folder / name) != digest]
+    if problems:
+        raise ManifestError(f"{folder} does not match its {MANIFEST} ({len(problems)} "
+                            "file(s)); it is not the model that merge wrote and verified:\n"
+                            + "\n".join(f"  - {p}" for p in problems))
+    return expected
+
+
+def weight_files(sums: dict[str, str]) -> dict[str, str]:
+    """The weight files of a manifest (safetensors shards, or PyTorch bins)."""
+    return {name: digest for name, digest in sums.items()
+            if name.endswith((".safetensors", ".bin", ".pt"))}
+
+
+def front_matter(facts: dict[str, Any], results: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The card's metadata (Hugging Face's model card fields).
+
+    Args:
+        facts: What merge knows (:func:`card_facts`).
+        results: Eval's metrics of the trained model (``eval_metrics["trained"]``), or None.
+    """
+    meta: dict[str, Any] = {
+        "base_model": facts["base_model"],
+        "datasets": facts["data_sources"],
+        "tags": ["rl_pipeline", facts["engine"], facts["algorithm"]]
+        + (["lora"] if facts.get("lora") else []),
+        "library_name": "transformers",
+        "license": facts["license"],
+    }
+    if results:
+        meta["model-index"] = [{"name": facts["name"], "results": _results(results)}]
+    return meta
+
+
+def _results(trained: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for source, values in trained.get("by_data_source", {}).items():
+        metrics = []
+        for name in ("mean_reward", "strict_accuracy", "flexible_accuracy", "pass_at_1",
+                     "truncation_rate"):
+            if values.get(name) is None:
+                continue
+            entry: dict[str, Any] = {"type": name, "value": round(float(values[name]), 4),
+                                     "name": name.replace("_", " ")}
+            compared = values.get("vs_base", {}).get(name)
+            if compared:  # the paired 95% interval of trained - base
+                entry["args"] = {"delta_vs_base": round(compared["delta"], 4),
+                                 "ci95_low": round(compared["ci_low"], 4),
+                                 "ci95_high": round(compared["ci_high"], 4)}
+            metrics.append(entry)
+        out.append({"task": {"type": "text-generation", "name": "RL fine-tuning eval"},
+                    "dataset": {"name": source, "type": source, "split": "validation"},
+                    "metrics": metrics})
+    return out
+
+
+def card_facts(metadata: dict[str, Any], name: str, license: str,
+               prompts: dict[str, Any]) -> dict[str, Any]:
+    """What the card says about training, from merge's metadata and the train run's lineage.
+
+    Args:
+        metadata: ``merge_metadata`` (the training result's run summary included).
+        name: The registered model's name (or the folder's).
+        license: The license to declare (the base model's, usually).
+        prompts: ``{"versions": {...}, "rows": {...}, "data_sources": [...]}`` of the
+            training prompts, from the train run.
+    """
+    run = metadata.get("training_run") or {}
+    return {
+        "name": name, "license": license,
+        "base_model": metadata.get("base_model"),
+        "engine": run.get("engine", metadata.get("engine", "unknown")),
+        "algorithm": run.get("algorithm") or run.get("estimator") or "grpo",
+        "steps": run.get("steps"), "lora": metadata.get("lora"),
+        "train_run_id": run.get("weights_run_id") or run.get("mlflow_run_id"),
+        "identity": run.get("identity"),
+        "prompts": prompts.get("versions", {}), "rows": prompts.get("rows", {}),
+        "data_sources": prompts.get("data_sources") or [],
+        "kind": metadata.get("kind"), "dtype": metadata.get("dtype"),
+        "verification": metadata.get("verification") or {},
+    }
+
+
+def render_card(facts: dict[str, Any], results: dict[str, Any] | None = None) -> str:
+    """The model card: front matter, then how it was trained, on what, and how it did."""
+    meta = yaml.safe_dump(front_matter(facts, results), sort_keys=False, allow_unicode=True)
+    lora = facts.get("lora") or {}
+    check = facts["verification"]
+    weights = (f"LoRA r={lora.get('r')}, alpha={lora.get('lora_alpha')}, merged into the base"
+               if lora else "all weights trained")
+    lines = [
+        "---", meta.rstrip(), "---", "", f"# {facts['name']}", "",
+        f"Fine-tuned from `{facts['base_model']}` with reinforcement learning by rl_pipeline.",
+        "", "## Training", "",
+        f"- engine: {facts['engine']}, estimator: {facts['algorithm']}, steps: "
+        f"{facts['steps']}",
+        f"- weights: {weights} ({facts['kind']}, {facts['dtype']})",
+        f"- train run (MLflow): `{facts['train_run_id']}`, run identity `{facts['identity']}`",
+        "", "## Data", "",
+        *[f"- {name}: version `{version}`"
+          + (f", {facts['rows'][name]} rows" if name in facts["rows"] else "")
+          for name, version in facts["prompts"].items()],
+        *([f"- data sources: {', '.join(facts['data_sources'])}"] if facts["data_sources"]
+          else []),
+        "", "## Merge verification", "",
+        f"- {check.get('method', 'logits on probe prompts')}: "
+        + ("passed" if check.get("passed") else "not passed")
+        + (f", max |logit diff| {check['max_abs_diff']:.3g} (tolerance "
+           f"{check['tolerance']:.3g})" if "max_abs_diff" in check else ""),
+        "", "## Evaluation", "",
+    ]
+    lines += _eval_table(results) if results else [
+        "Not evaluated yet: `kedro run --pipelines eval` adds its results here."]
+    return "\n".join(lines) + "\n"
+
+
+def _eval_table(trained: dict[str, Any]) -> list[str]:
+    rows = ["| data source | metric | trained | vs base (95% CI) |", "|---|---|---|---|"]
+    for entry in _results(trained):
+        for metric in entry["metrics"]:
+            args = metric.get("args")
+            change = (f"{args['delta_vs_base']:+.3f} [{args['ci95_low']:+.3f}, "
+                      f"{args['ci95_high']:+.3f}]" if args else "n/a")
+            rows.append(f"| {entry['dataset']['name']} | {metric['name']} | "
+                        f"{metric['value']:.3f} | {change} |")
+    verdict = trained.get("verdict", {}).get("verdict")
+    return rows + (["", f"Verdict: **{verdict}** (docs/rewards.md)."] if verdict else [])
+
+
+def write_card(folder: str | Path, text: str) -> Path:
+    """Write the card into ``folder`` atomically (a reader never sees half a card)."""
+    folder = Path(folder)
+    temporary = folder / f".{CARD}.tmp"
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, folder / CARD)
+    return folder / CARD
+
+
+def read_front_matter(folder: str | Path) -> dict[str, Any]:
+    """The card's front matter (what a hub reads)."""
+    text = (Path(folder) / CARD).read_text(encoding="utf-8")
+    _, meta, _ = text.split("---\n", 2)
+    return yaml.safe_load(meta)

@@ -1,0 +1,195 @@
+"""Merged models in MLflow's Model Registry: their versions, what each carries, and the
+``candidate`` and ``champion`` aliases.
+
+A version refers to a merged model where the Data Catalog keeps it (its ``source`` is the
+versioned folder's ``file://`` URI; the tags name the folder and the catalog version), so
+gigabytes of weights are not copied into MLflow's artifact store; with
+``registry.copy_weights`` the merge run logs the weights (transformers flavour) and the
+version is made from them instead. Either way a version carries the train and merge runs, the
+prompt versions, the run identity, the base model, the engine and the SHA-256 of every weight
+file; eval adds its results, and the promote stage moves the aliases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rl_pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+CANDIDATE = "candidate"
+CHAMPION = "champion"
+PATH_TAG = "catalog.path"
+EVIDENCE_FILE = "registry/evidence.json"
+_TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
+
+
+class RegistryError(UserError, ValueError):
+    """The registry lacks what a stage needs (a candidate, its eval, a champion's weights)."""
+
+
+def client() -> Any:
+    import mlflow
+
+    return mlflow.MlflowClient()
+
+
+def register_merged_model(name: str, folder: str | Path, run_id: str | None,
+                          tags: dict[str, Any], *, copy_weights: bool,
+                          description: str = "") -> Any:
+    """A new version of the registered model ``name`` for the merged model in ``folder``.
+
+    Args:
+        name: The registered model (created on first use).
+        folder: The merged model, where the catalog saved it.
+        run_id: The merge run.
+        tags: What the version carries (:func:`version_tags`).
+        copy_weights: Log the weights to the merge run (transformers flavour) and register
+            that copy; else register a reference to ``folder``.
+        description: The version's description.
+
+    Returns:
+        The model version.
+    """
+    from mlflow.exceptions import MlflowException
+
+    registry = client()
+    folder = Path(folder).absolute()
+    try:
+        registry.get_registered_model(name)
+    except MlflowException:
+        registry.create_registered_model(
+            name, description="Merged models of rl_pipeline (aliases: candidate, champion).")
+    if copy_weights:
+        source = _log_weights(folder)
+    else:
+        source = folder.as_uri()
+    tags = {**{k: _tag(v) for k, v in tags.items()}, PATH_TAG: str(folder),
+            "storage": "mlflow copy" if copy_weights else "catalog reference"}
+    version = registry.create_model_version(name, source=source, run_id=run_id, tags=tags,
+                                            description=description)
+    logger.info("Registered %s version %s (%s)", name, version.version, tags["storage"])
+    return version
+
+
+def _log_weights(folder: Path) -> str:
+    """Log the model in ``folder`` to the active MLflow run (transformers flavour)."""
+    import mlflow
+    import torch
+    import transformers
+
+    # Explicit requirements: mlflow's inference imports every optional vision/audio package.
+    requirements = [f"transformers=={transformers.__version__}",
+                    f"torch=={torch.__version__.split('+')[0]}", "safetensors", "accelerate"]
+    info = mlflow.transformers.log_model(transformers_model=str(folder), name="merged_model",
+                                         task="text-generation",
+                                         pip_requirements=requirements)
+    return info.model_uri
+
+
+def version_tags(metadata: dict[str, Any], sources: dict[str, str], merge_run_id: str | None,
+                 catalog_version: str, weights: dict[str, str]) -> dict[str, str]:
+    """The tags of a new version: lineage (train and merge runs, prompt versions, identity),
+    the base model, the engine, and ``sha256.<file>`` for every weight file."""
+    run = metadata.get("training_run") or {}
+    return {
+        "train_run_id": sources.get("source.train_run_id") or run.get("weights_run_id")
+        or run.get("mlflow_run_id") or "unknown",
+        "merge_run_id": merge_run_id or "unknown",
+        "run_identity": run.get("identity") or "unknown",
+        "base_model": metadata.get("base_model") or "unknown",
+        "engine": metadata.get("engine") or run.get("engine") or "unknown",
+        "kind": metadata.get("kind") or "unknown",
+        "catalog.version": catalog_version,
+        **{k.removeprefix("source."): v for k, v in sources.items()
+           if k.startswith("source.") and k.endswith("_version")},
+        **{f"sha256.{file}": digest for file, digest in weights.items()},
+    }
+
+
+def version_for_folder(name: str, folder: str | Path) -> Any | None:
+    """The version of ``name`` registered for ``folder``, or None."""
+    wanted = str(Path(folder).absolute())
+    for version in client().search_model_versions(f"name='{name}'"):
+        if version.tags.get(PATH_TAG) == wanted:
+            return version
+    return None
+
+
+def alias(name: str, alias_name: str) -> Any | None:
+    """The version that ``alias_name`` points at, or None (no such model or alias)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client().get_model_version_by_alias(name, alias_name)
+    except MlflowException:
+        return None
+
+
+def model_folder(version: Any, role: str) -> Path:
+    """The folder of a registered version's weights, checked against its manifest.
+
+    Raises:
+        RegistryError: When the folder is gone.
+        ManifestError: When its files differ from the manifest (named).
+    """
+    from rl_pipeline.model_card import check_manifest
+
+    folder = Path(version.tags.get(PATH_TAG, ""))
+    if not version.tags.get(PATH_TAG) or not folder.is_dir():
+        raise RegistryError(
+            f"the {role} ({version.name} version {version.version}) refers to "
+            f"{version.tags.get(PATH_TAG) or 'no folder'}, which is gone. Register its model "
+            f"again (kedro run --pipelines merge) or move the alias: "
+            f"MlflowClient().delete_registered_model_alias('{version.name}', '{role}')")
+    check_manifest(folder)
+    return folder
+
+
+def record_eval(name: str, version: Any, results: dict[str, str],
+                evidence: dict[str, Any], eval_run_id: str | None) -> None:
+    """Add eval's results to ``version`` and point ``candidate`` at it.
+
+    ``evidence`` (the paired comparisons for the promotion gate) goes to the eval run as
+    :data:`EVIDENCE_FILE`; the version's tags say where.
+    """
+    import mlflow
+
+    registry = client()
+    if mlflow.active_run() is not None:
+        mlflow.log_dict(evidence, EVIDENCE_FILE)
+    for key, value in {**results, "eval.run_id": eval_run_id or "unknown",
+                       "eval.reference": evidence["reference"]}.items():
+        registry.set_model_version_tag(name, version.version, key, _tag(value))
+    registry.set_registered_model_alias(name, CANDIDATE, version.version)
+    logger.info("%s version %s: eval results recorded, alias %s", name, version.version,
+                CANDIDATE)
+
+
+def read_evidence(version: Any) -> dict[str, Any]:
+    """The eval evidence of ``version`` (what :func:`record_eval` logged).
+
+    Raises:
+        RegistryError: When the version has no eval, or its evidence cannot be read.
+    """
+    import mlflow
+
+    run_id = version.tags.get("eval.run_id")
+    if not run_id or run_id == "unknown":
+        raise RegistryError(f"{version.name} version {version.version} has no eval results "
+                            "(no eval.run_id tag): run `kedro run --pipelines eval` on it "
+                            "first")
+    try:
+        return mlflow.artifacts.load_dict(f"runs:/{run_id}/{EVIDENCE_FILE}")
+    except Exception as exc:  # any store error: say which run and file
+        raise RegistryError(f"{version.name} version {version.version}: its eval run {run_id}"
+                            f" has no readable {EVIDENCE_FILE} ({exc})") from None
+
+
+def _tag(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:_TAG_LIMIT]

@@ -1,0 +1,209 @@
+"""Registered versions, eval's record and the promotion gate, on a real MLflow registry (a
+SQLite store in a temporary folder): promoted, refused, idempotent, and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from rl_pipeline import registry
+from rl_pipeline.model_card import ManifestError, read_front_matter, write_manifest
+from rl_pipeline.params import ConfigError
+from rl_pipeline.params.registry import PromoteParams, RegistryParams
+from rl_pipeline.pipelines.merge.nodes import publish_merged_model
+from rl_pipeline.pipelines.promote.nodes import promote_candidate
+
+NAME = "tiny"
+PARAMS = RegistryParams(model_name=NAME)
+GATE = PromoteParams(metric="mean_reward", guards={"truncation_rate": 0.0})
+METADATA = {"base_model": "tiny-base", "kind": "peft_adapter", "engine": "trl",
+            "dtype": "float32", "verification": {"passed": True},
+            "training_run": {"engine": "trl", "algorithm": "grpo", "steps": 2,
+                             "mlflow_run_id": "t1", "identity": "a" * 64}}
+
+
+@pytest.fixture
+def store(tmp_path):
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_experiment("promote-tests")
+    yield tmp_path
+    mlflow.set_tracking_uri(before)
+
+
+def _c(delta: float, low: float, high: float) -> dict[str, float]:
+    return {"delta": delta, "ci_low": low, "ci_high": high}
+
+
+def _merged(tiny_model_dir: Path, root: Path, n: int) -> Path:
+    folder = root / "data/06_models/merged_model" / f"v{n}" / "merged_model"
+    shutil.copytree(tiny_model_dir, folder)
+    write_manifest(folder)
+    return folder
+
+
+def _published(tiny_model_dir: Path, root: Path, n: int) -> tuple[Path, str]:
+    folder = _merged(tiny_model_dir, root, n)
+    with mlflow.start_run(run_name="merge"):
+        out = publish_merged_model(str(folder), METADATA, PARAMS)
+    return folder, out["version"]
+
+
+def _evaluated(version: str, reference: str, gain: dict[str, float],
+               truncation: dict[str, float] | None = None) -> None:
+    evidence = {"reference": reference,
+                "overall": {"mean_reward": gain,
+                            "truncation_rate": truncation or _c(0.0, 0.0, 0.0)},
+                "by_data_source": {}}
+    with mlflow.start_run(run_name="eval") as run:
+        registry.record_eval(NAME, registry.client().get_model_version(NAME, version),
+                             {"eval.mean_reward": "0.5"}, evidence, run.info.run_id)
+
+
+def _promote(params: PromoteParams = GATE) -> dict:
+    with mlflow.start_run(run_name="promote"):
+        return promote_candidate({}, PARAMS, params)
+
+
+def test_merge_registers_a_reference_with_its_lineage_and_weight_hashes(
+        store, tiny_model_dir) -> None:
+    folder, number = _published(tiny_model_dir, store, 1)
+    version = registry.client().get_model_version(NAME, number)
+    assert version.source == folder.absolute().as_uri()  # the catalog's folder, not a copy
+    tags = version.tags
+    assert tags["storage"] == "catalog reference" and tags["catalog.version"] == "v1"
+    assert tags["sha256.model.safetensors"] == hashlib.sha256(
+        (folder / "model.safetensors").read_bytes()).hexdigest()
+    assert (tags["base_model"], tags["engine"], tags["kind"]) == ("tiny-base", "trl",
+                                                                  "peft_adapter")
+    assert tags["train_run_id"] == "t1" and tags["run_identity"] == "a" * 64
+    assert tags["merge_run_id"] == version.run_id
+    assert read_front_matter(folder)["base_model"] == "tiny-base"  # the card, beside it
+
+
+def test_the_first_candidate_beating_the_base_becomes_champion_once(store,
+                                                                   tiny_model_dir) -> None:
+    _, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3))
+    assert registry.alias(NAME, registry.CANDIDATE).version == number
+    decision = _promote()
+    assert decision["promoted"] and decision["changed"] and decision["reference"] == "base"
+    assert registry.alias(NAME, registry.CHAMPION).version == number
+    # A second promote on the same candidate does nothing.
+    again = _promote()
+    assert (again["promoted"], again["changed"]) == (False, False)
+    assert "is the champion already" in again["reasons"][0]
+
+
+def test_a_candidate_within_noise_of_the_champion_is_refused(store, tiny_model_dir) -> None:
+    _, first = _published(tiny_model_dir, store, 1)
+    _evaluated(first, "base", _c(0.2, 0.1, 0.3))
+    _promote()
+    _, second = _published(tiny_model_dir, store, 2)
+    _evaluated(second, f"champion:{first}", _c(0.05, -0.02, 0.12))
+    decision = _promote()
+    assert (decision["promoted"], decision["changed"]) == (False, True)
+    assert decision["reasons"][0] == ("mean_reward: +0.05 [-0.02, +0.12] vs champion:1: not "
+                                      "up beyond the paired 95% interval (the interval reaches"
+                                      " 0 or below)")
+    assert registry.alias(NAME, registry.CHAMPION).version == first  # untouched
+    tags = registry.client().get_model_version(NAME, second).tags
+    assert tags["promote.refused_against"] == f"champion:{first}"
+    assert _promote()["changed"] is False  # decided already: nothing to do
+
+
+def test_a_guard_beyond_its_tolerance_refuses_a_better_mean(store, tiny_model_dir) -> None:
+    _, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3), truncation=_c(0.1, 0.05, 0.15))
+    decision = _promote()
+    assert not decision["promoted"]
+    assert "guard truncation_rate: +0.1 [+0.05, +0.15]" in decision["reasons"][1]
+    assert registry.alias(NAME, registry.CHAMPION) is None
+
+
+def test_an_eval_against_another_reference_is_refused(store, tiny_model_dir) -> None:
+    _, first = _published(tiny_model_dir, store, 1)
+    _evaluated(first, "base", _c(0.2, 0.1, 0.3))
+    _promote()
+    _, second = _published(tiny_model_dir, store, 2)
+    _evaluated(second, "base", _c(0.3, 0.2, 0.4))  # evaluated before the champion existed
+    with pytest.raises(registry.RegistryError, match="evaluated against base, but the gate "
+                                                     "compares with champion:1 now"):
+        _promote()
+    assert registry.alias(NAME, registry.CHAMPION).version == first
+
+
+def test_no_candidate_or_no_eval_is_refused_clearly(store, tiny_model_dir) -> None:
+    with pytest.raises(registry.RegistryError, match="no candidate: tiny has no version "
+                                                     "with the alias 'candidate'"):
+        _promote()
+    _, number = _published(tiny_model_dir, store, 1)
+    registry.client().set_registered_model_alias(NAME, registry.CANDIDATE, number)
+    with pytest.raises(registry.RegistryError, match="has no eval results"):
+        _promote()
+    with pytest.raises(ConfigError, match="registry.model_name=None"):
+        promote_candidate({}, RegistryParams(model_name=None), GATE)
+
+
+def test_a_champion_whose_weights_are_gone_stops_the_gate(store, tiny_model_dir) -> None:
+    champion_folder, first = _published(tiny_model_dir, store, 1)
+    _evaluated(first, "base", _c(0.2, 0.1, 0.3))
+    _promote()
+    _, second = _published(tiny_model_dir, store, 2)
+    _evaluated(second, f"champion:{first}", _c(0.3, 0.2, 0.4))
+    shutil.rmtree(champion_folder)
+    with pytest.raises(registry.RegistryError, match=f"the champion \\(tiny version {first}\\)"
+                                                     " refers to .*, which is gone"):
+        _promote()
+    assert registry.alias(NAME, registry.CHAMPION).version == first
+
+
+def test_a_tampered_candidate_is_refused_by_file(store, tiny_model_dir) -> None:
+    folder, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3))
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(ManifestError, match=r"model\.safetensors: changed"):
+        _promote()
+    assert registry.alias(NAME, registry.CHAMPION) is None
+
+
+def test_an_unknown_gate_metric_names_what_eval_compares(store, tiny_model_dir) -> None:
+    _, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3))
+    with pytest.raises(ConfigError, match="eval has no comparison for 'pass_at_9'; metrics it "
+                                          "compares: mean_reward, truncation_rate"):
+        _promote(PromoteParams(metric="pass_at_9"))
+
+
+def test_eval_records_its_results_on_the_version_and_in_the_card(store,
+                                                                 tiny_model_dir) -> None:
+    from rl_pipeline.pipelines.eval.nodes import record_eval
+
+    folder, number = _published(tiny_model_dir, store, 1)
+    (folder / "merge_metadata.json").write_text(json.dumps(METADATA))
+    trained = {"mean_reward": 0.6, "verdict": {"verdict": "learned", "reasons": ["up"]},
+               "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)},
+               "by_data_source": {"openai/gsm8k": {
+                   "mean_reward": 0.6, "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)}}}}
+    with mlflow.start_run(run_name="eval") as run:
+        out = record_eval({"base": {}, "trained": trained}, str(folder), {}, PARAMS)
+    assert out == {"recorded": True, "name": NAME, "version": number, "reference": "base"}
+    version = registry.alias(NAME, registry.CANDIDATE)
+    assert version.version == number
+    assert version.tags["eval.mean_reward"] == "0.6000"
+    assert version.tags["eval.mean_reward.vs_base"] == "+0.2000 [+0.1000, +0.3000]"
+    assert version.tags["eval.verdict"] == "learned"
+    assert version.tags["eval.run_id"] == run.info.run_id
+    assert registry.read_evidence(version)["overall"] == {"mean_reward": _c(0.2, 0.1, 0.3)}
+    (index,) = read_front_matter(folder)["model-index"]
+    assert index["results"][0]["dataset"]["name"] == "openai/gsm8k"
+    assert index["results"][0]["metrics"][0]["args"]["ci95_low"] == 0.1
