@@ -278,7 +278,7 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert evaluation.data.params["eval.max_prompts"] == "4"
     artifacts = {a.path for a in client.list_artifacts(evaluation.info.run_id, "eval")}
     assert artifacts == {"eval/eval_metrics.json", "eval/eval_report.md", "eval/eval_chart.png",
-                         "eval/eval_generations.json"}
+                         "eval/eval_generations.json", "eval/eval_registry.json"}
     # The verdict: first in the report, and a tag of the eval run.
     verdict = metrics["trained"]["verdict"]["verdict"]
     assert verdict in (LEARNED, HACKING, WORSE, NO_CHANGE)
@@ -318,12 +318,14 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert version.tags["train_prompts_version"] == saved
     assert version.tags["eval.run_id"] == evaluation.info.run_id
     assert version.tags["eval.verdict"] == verdict and version.tags["eval.reference"] == "base"
-    assert client.get_model_version_by_alias("rl_pipeline", "candidate").version == "1"
+    assert str(client.get_model_version_by_alias("rl_pipeline", "candidate").version) == "1"
     decision = json.loads((project / "data/08_reporting/promotion_decision.json").read_text())
     assert decision["reference"] == "base" and decision["changed"]
     assert promotion.data.tags["promote.promoted"] == str(decision["promoted"]).lower()
     assert promotion.data.tags["promote.reasons"].startswith("mean_reward: ")
     champion = client.get_registered_model("rl_pipeline").aliases.get("champion")
-    assert champion == ("1" if decision["promoted"] else None)
+    assert (None if champion is None else str(champion)) == ("1" if decision["promoted"]
+                                                              else None)
     card = (merged / "README.md").read_text()
     assert "model-index" in card and "rl_pipeline/arithmetic" in card
+    assert f"- train_prompts: version `{saved}`, 600 rows" in card  # conf/cpu's additions

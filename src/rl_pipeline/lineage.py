@@ -86,7 +86,7 @@ def active_sources() -> tuple[str | None, dict[str, str]]:
 
 def prompt_facts(sources: dict[str, str]) -> dict[str, object]:
     """The training prompts' versions (from ``source.*`` tags) and row count (the train
-    run's ``train_prompts`` metric), for a model card."""
+    run's ``preflight.train_prompts`` metric), for a model card."""
     versions = {k.removeprefix("source.").removesuffix("_version"): v
                 for k, v in sources.items() if k.endswith("_version")}
     rows: dict[str, int] = {}
@@ -96,6 +96,6 @@ def prompt_facts(sources: dict[str, str]) -> dict[str, object]:
             metrics = mlflow.MlflowClient().get_run(train_run).data.metrics
         except mlflow.exceptions.MlflowException:  # another tracking store
             metrics = {}
-        if "train_prompts" in metrics:
-            rows["train_prompts"] = int(metrics["train_prompts"])
+        if "preflight.train_prompts" in metrics:  # the catalog's preflight_metrics prefix
+            rows["train_prompts"] = int(metrics["preflight.train_prompts"])
     return {"versions": versions, "rows": rows, "data_sources": []}

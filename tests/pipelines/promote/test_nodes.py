@@ -90,10 +90,10 @@ def test_the_first_candidate_beating_the_base_becomes_champion_once(store,
                                                                    tiny_model_dir) -> None:
     _, number = _published(tiny_model_dir, store, 1)
     _evaluated(number, "base", _c(0.2, 0.1, 0.3))
-    assert registry.alias(NAME, registry.CANDIDATE).version == number
+    assert str(registry.alias(NAME, registry.CANDIDATE).version) == number
     decision = _promote()
     assert decision["promoted"] and decision["changed"] and decision["reference"] == "base"
-    assert registry.alias(NAME, registry.CHAMPION).version == number
+    assert str(registry.alias(NAME, registry.CHAMPION).version) == number
     # A second promote on the same candidate does nothing.
     again = _promote()
     assert (again["promoted"], again["changed"]) == (False, False)
@@ -111,7 +111,7 @@ def test_a_candidate_within_noise_of_the_champion_is_refused(store, tiny_model_d
     assert decision["reasons"][0] == ("mean_reward: +0.05 [-0.02, +0.12] vs champion:1: not "
                                       "up beyond the paired 95% interval (the interval reaches"
                                       " 0 or below)")
-    assert registry.alias(NAME, registry.CHAMPION).version == first  # untouched
+    assert str(registry.alias(NAME, registry.CHAMPION).version) == first  # untouched
     tags = registry.client().get_model_version(NAME, second).tags
     assert tags["promote.refused_against"] == f"champion:{first}"
     assert _promote()["changed"] is False  # decided already: nothing to do
@@ -135,7 +135,7 @@ def test_an_eval_against_another_reference_is_refused(store, tiny_model_dir) -> 
     with pytest.raises(registry.RegistryError, match="evaluated against base, but the gate "
                                                      "compares with champion:1 now"):
         _promote()
-    assert registry.alias(NAME, registry.CHAMPION).version == first
+    assert str(registry.alias(NAME, registry.CHAMPION).version) == first
 
 
 def test_no_candidate_or_no_eval_is_refused_clearly(store, tiny_model_dir) -> None:
@@ -160,7 +160,7 @@ def test_a_champion_whose_weights_are_gone_stops_the_gate(store, tiny_model_dir)
     with pytest.raises(registry.RegistryError, match=f"the champion \\(tiny version {first}\\)"
                                                      " refers to .*, which is gone"):
         _promote()
-    assert registry.alias(NAME, registry.CHAMPION).version == first
+    assert str(registry.alias(NAME, registry.CHAMPION).version) == first
 
 
 def test_a_tampered_candidate_is_refused_by_file(store, tiny_model_dir) -> None:
@@ -198,7 +198,7 @@ def test_eval_records_its_results_on_the_version_and_in_the_card(store,
         out = record_eval({"base": {}, "trained": trained}, str(folder), {}, PARAMS)
     assert out == {"recorded": True, "name": NAME, "version": number, "reference": "base"}
     version = registry.alias(NAME, registry.CANDIDATE)
-    assert version.version == number
+    assert str(version.version) == number
     assert version.tags["eval.mean_reward"] == "0.6000"
     assert version.tags["eval.mean_reward.vs_base"] == "+0.2000 [+0.1000, +0.3000]"
     assert version.tags["eval.verdict"] == "learned"

@@ -93,7 +93,7 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
         return pd.DataFrame(), {}
     folder = registry.model_folder(champion, registry.CHAMPION)
     frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, train)
-    return frame, {"name": name, "version": champion.version, "path": str(folder)}
+    return frame, {"name": name, "version": str(champion.version), "path": str(folder)}
 
 
 def summarize_eval(
@@ -197,7 +197,7 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}
     registry.record_eval(name, version, _results(trained), evidence, run_id)
-    return {"recorded": True, "name": name, "version": version.version,
+    return {"recorded": True, "name": name, "version": str(version.version),
             "reference": reference}
 
 

@@ -51,5 +51,5 @@ def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
         name, folder, run_id, tags, copy_weights=registry_params.copy_weights,
         description=f"Merged {facts['engine']} {facts['algorithm']} model from "
                     f"{facts['base_model']} ({facts['steps']} steps).")
-    return {"registered": True, "name": name, "version": version.version,
+    return {"registered": True, "name": name, "version": str(version.version),
             "source": version.source, "tags": version.tags}

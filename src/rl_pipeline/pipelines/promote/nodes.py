@@ -41,16 +41,17 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
         raise registry.RegistryError(
             f"no candidate: {name} has no version with the alias '{registry.CANDIDATE}'. "
             "Eval sets it on the model it evaluates: run the merge and eval stages first")
-    if eval_registry.get("recorded") and eval_registry.get("version") != candidate.version:
+    if eval_registry.get("recorded") and str(eval_registry.get("version")) != str(
+            candidate.version):
         logger.info("The last eval recorded version %s; the candidate is version %s",
                     eval_registry.get("version"), candidate.version)
     champion = registry.alias(name, registry.CHAMPION)
     reference = (f"champion:{champion.version}" if champion and promote.reference == "champion"
                  else "base")
-    decision = {"model": name, "candidate": candidate.version,
-                "champion_before": champion.version if champion else None,
+    decision = {"model": name, "candidate": str(candidate.version),
+                "champion_before": str(champion.version) if champion else None,
                 "reference": reference, "metric": promote.metric, "guards": promote.guards}
-    if champion is not None and champion.version == candidate.version:
+    if champion is not None and str(champion.version) == str(candidate.version):
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} is the champion already: nothing "
                             "to do"]}
