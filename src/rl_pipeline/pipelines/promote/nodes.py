@@ -51,6 +51,10 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
     decision = {"model": name, "candidate": str(candidate.version),
                 "champion_before": str(champion.version) if champion else None,
                 "reference": reference, "metric": promote.metric, "guards": promote.guards}
+    # Both models as merge wrote them, before anything is decided (or found decided).
+    registry.model_folder(candidate, registry.CANDIDATE)
+    if champion is not None:
+        registry.model_folder(champion, registry.CHAMPION)
     if champion is not None and str(champion.version) == str(candidate.version):
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} is the champion already: nothing "
@@ -60,9 +64,6 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
                 "reasons": [f"version {candidate.version} was refused against {reference} "
                             f"already ({candidate.tags.get('promote.reasons', '')}): nothing "
                             "to do until eval or the champion changes"]}
-    registry.model_folder(candidate, registry.CANDIDATE)
-    if champion is not None:
-        registry.model_folder(champion, registry.CHAMPION)
     evidence = registry.read_evidence(candidate)
     if evidence["reference"] != reference:
         raise registry.RegistryError(
