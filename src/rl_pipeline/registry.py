@@ -25,6 +25,7 @@ CANDIDATE = "candidate"
 CHAMPION = "champion"
 PATH_TAG = "catalog.path"
 EVIDENCE_FILE = "registry/evidence.json"
+REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
 _TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
 
 
@@ -165,6 +166,9 @@ def record_eval(name: str, version: Any, results: dict[str, str],
     for key, value in {**results, "eval.run_id": eval_run_id or "unknown",
                        "eval.reference": evidence["reference"]}.items():
         registry.set_model_version_tag(name, version.version, key, _tag(value))
+    # New evidence: an earlier refusal was about the old one, so the gate decides again.
+    if REFUSED_TAG in version.tags:
+        registry.delete_model_version_tag(name, version.version, REFUSED_TAG)
     registry.set_registered_model_alias(name, CANDIDATE, version.version)
     logger.info("%s version %s: eval results recorded, alias %s", name, version.version,
                 CANDIDATE)

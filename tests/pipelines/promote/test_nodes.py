@@ -115,6 +115,11 @@ def test_a_candidate_within_noise_of_the_champion_is_refused(store, tiny_model_d
     tags = registry.client().get_model_version(NAME, second).tags
     assert tags["promote.refused_against"] == f"champion:{first}"
     assert _promote()["changed"] is False  # decided already: nothing to do
+    # Evaluated again (new evidence against the same champion): the gate decides again.
+    _evaluated(second, f"champion:{first}", _c(0.2, 0.1, 0.3))
+    again = _promote()
+    assert (again["promoted"], again["changed"]) == (True, True)
+    assert str(registry.alias(NAME, registry.CHAMPION).version) == second
 
 
 def test_a_guard_beyond_its_tolerance_refuses_a_better_mean(store, tiny_model_dir) -> None:

@@ -11,7 +11,7 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
 from rl_pipeline.engines.run_identity import CheckpointRoot
-from rl_pipeline.params import MergeParams, RewardParams
+from rl_pipeline.params import MergeParams, RegistryParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
 from rl_pipeline.training_result import RECORD, TrainingResult
@@ -20,6 +20,13 @@ from tests.conftest import train_catalog
 TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4,
        "per_device_train_batch_size": 8, "max_steps": 2,
        "save_steps": 1, "logging_steps": 1, "num_iterations": 1}
+
+
+class _Kept(MemoryDataset):
+    """A MemoryDataset the runner does not release after its last reader."""
+
+    def _release(self) -> None:
+        pass
 
 
 def _catalog(model: Path, tmp_path: Path, data_params: dict, trl: dict) -> DataCatalog:
@@ -67,9 +74,14 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
         self_test="warn")
     catalog["params:merge"] = MergeParams(scratch_dir=str(tmp_path / "scratch"),
                                           dtype="bfloat16")
+    catalog["params:registry"] = RegistryParams(model_name=None)  # no registry here
+    # The merge pipeline's publish node reads both: kept for the test after it has.
+    catalog["merged_model"], catalog["merge_metadata"] = _Kept(), _Kept()
     outputs = SequentialRunner().run(create_pipeline() + merge_pipeline(), catalog)
-    merged = Path(outputs["merged_model"].load())
-    metadata = outputs["merge_metadata"].load()
+    assert outputs["registered_model"].load()["registered"] is False
+    merged = Path(catalog["merged_model"].load())
+    metadata = catalog["merge_metadata"].load()
+    assert (merged / "README.md").is_file() and (merged / "SHA256SUMS").is_file()
     trained = Path(metadata["training_result"])  # train's output: the whole model
     assert metadata["kind"] == "hf_model" and (trained / "model.safetensors").is_file()
     assert not (trained / "adapter_config.json").exists()

@@ -59,7 +59,7 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} is the champion already: nothing "
                             "to do"]}
-    if candidate.tags.get("promote.refused_against") == reference:
+    if candidate.tags.get(registry.REFUSED_TAG) == reference:
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} was refused against {reference} "
                             f"already ({candidate.tags.get('promote.reasons', '')}): nothing "
@@ -86,8 +86,7 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
         logger.info("Promoted %s version %s to champion (over %s)", name, candidate.version,
                     reference)
     else:
-        client.set_model_version_tag(name, candidate.version, "promote.refused_against",
-                                     reference)
+        client.set_model_version_tag(name, candidate.version, registry.REFUSED_TAG, reference)
         logger.info("Not promoted: %s", "; ".join(verdict.reasons))
     client.set_model_version_tag(name, candidate.version, "promote.reasons",
                                  "; ".join(verdict.reasons)[:5000])
