@@ -222,7 +222,9 @@ def test_wheelhouse_parts_install_offline_and_a_missing_part_is_refused(tmp_path
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    env = {**os.environ, "PYTHON": str(py)}
+    # The target sees only its own venv: a PYTHONPATH of this test session (another test's
+    # vLLM parser path, say) would show the host's packages to its pip check.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHON": str(py)}
     install = ["bash", str(out / "install_wheelhouse.sh"), str(out)]
 
     proc = subprocess.run(install, capture_output=True, text=True, env=env)
