@@ -31,6 +31,10 @@ PIPELINE ?= __default__
 # Airflow in an environment of its own: it pins many packages that the project also uses.
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+# An Airflow worker: Airflow 3.3 and the project, installed as docs/scheduling.md says (the
+# CPU build of torch), for `make airflow-test`; about 2.5 GB.
+AIRFLOW_WORKER_VENV := .venv-airflow-worker
+AIRFLOW_WORKER_STAMP := $(AIRFLOW_WORKER_VENV)/.installed
 # The Airflow DAGs: the whole pipeline and each stage.
 DAG_PIPELINES := __default__,data_prep,train,merge,eval,promote
 export KEDRO_DISABLE_TELEMETRY ?= true
@@ -40,7 +44,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -66,6 +70,14 @@ airflow-dags: install
 # Parse them with Airflow's DagBag: import errors, dag_ids, schedules, task order.
 airflow-check: airflow-dags $(AIRFLOW_STAMP)
 	$(AIRFLOW_VENV)/bin/python scripts/check_airflow_dags.py airflow_dags
+
+# Airflow's own `airflow dags test` of the generated DAGs, as a worker runs them
+# (tests/test_airflow_worker.py): reserialize and list, tasks that fail at once, the whole
+# DAG (short) with one MLflow run per stage and the gate's decision. Not in `make test`: it
+# takes about 3 minutes on 2 cores, plus 1.5 for the first install (docs/scheduling.md):
+# with it the suite would pass its 20 minutes.
+airflow-test: install model $(AIRFLOW_WORKER_STAMP)
+	$(BIN)/pytest -n 0 -m airflow_worker tests/test_airflow_worker.py $(ARGS)
 
 benchmarks: install
 	$(BIN)/python benchmarks/bench_data_prep.py
@@ -154,5 +166,15 @@ $(AIRFLOW_STAMP):
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet "apache-airflow-task-sdk==1.3.2"
 	touch $@
 
+# The worker installs the project with the CPU constraints whatever the machine (a CPU
+# worker's install, as docs/scheduling.md gives it), and checks the result is consistent.
+$(AIRFLOW_WORKER_STAMP): pyproject.toml constraints-cpu.txt
+	test -x $(AIRFLOW_WORKER_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_WORKER_VENV)
+	$(AIRFLOW_WORKER_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	@start=$$(date +%s); $(AIRFLOW_WORKER_VENV)/bin/python -m pip install --quiet \
+		"apache-airflow==3.3.2" -e . -c constraints-cpu.txt && \
+	$(AIRFLOW_WORKER_VENV)/bin/python -m pip check && \
+	echo "Airflow worker environment installed in $$(( $$(date +%s) - start )) s" && touch $@
+
 clean-venv:
-	rm -rf $(VENV) $(AIRFLOW_VENV)
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(AIRFLOW_WORKER_VENV)

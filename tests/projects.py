@@ -43,6 +43,18 @@ def make_project(root: Path) -> Path:
     return project
 
 
+def generate_dags(project: Path, folder: Path, env: str | None = None) -> list[Path]:
+    """`make airflow-dags` (for the Kedro environment ``env``; None: local), into ``folder``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kedro", "airflow", "create", "--pipelines",
+         "__default__,data_prep,train,merge,eval,promote", "--group-by", "memory", "--jinja-file",
+         str(PROJECT_ROOT / "templates/airflow_dag.j2"), "--target-dir", str(folder),
+         *(["--env", env] if env else [])],
+        cwd=project, capture_output=True, text=True, env=run_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return sorted(folder.glob("*.py"))
+
+
 def run_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "200", **extra}
 

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PROJECT_ROOT
-from tests.projects import make_project, run_env
+from tests.projects import generate_dags, make_project
 
 pytestmark = pytest.mark.slow
 AIRFLOW_PYTHON = PROJECT_ROOT / ".venv-airflow/bin/python"
-
-
-def generate_dags(project: Path, folder: Path) -> list[Path]:
-    """`make airflow-dags`, into ``folder``."""
-    done = subprocess.run(
-        [sys.executable, "-m", "kedro", "airflow", "create", "--pipelines",
-         "__default__,data_prep,train,merge,eval,promote", "--group-by", "memory", "--jinja-file",
-         str(PROJECT_ROOT / "templates/airflow_dag.j2"), "--target-dir", str(folder)],
-        cwd=project, capture_output=True, text=True, env=run_env())
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return sorted(folder.glob("*.py"))
 
 
 def dagbag(folder: Path, tmp_path: Path) -> tuple[int, dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mlflow
 import pytest
 
 from tests.projects import (
@@ -56,3 +57,20 @@ def test_the_wrapper_says_how_to_use_it(tmp_path) -> None:
     result = run_command(project, ["bash", "scripts/scheduled_run.sh"])
     assert result.returncode == 64
     assert "usage:" in result.stderr and "STAGE" in result.stderr
+
+
+def test_a_stage_run_before_the_stage_it_reads_from_starts_nothing(tmp_path) -> None:
+    """promote alone in a new project: the message names what eval writes and the command,
+    before the stage lock is taken or an MLflow run started (tests/test_stage_inputs.py
+    checks the message for each stage)."""
+    project = make_project(tmp_path)
+    result = kedro_run(project, "--pipelines", "promote")
+    assert result.returncode == 1
+    said = " ".join((result.stdout + result.stderr).split())
+    assert ("Error: nothing saved yet for what this run reads from earlier stages: - "
+            "eval_registry: written by the eval stage Run `kedro run --env cpu --pipelines "
+            "eval` first") in said, said[-3000:]
+    assert "Traceback" not in said and "Running node" not in said
+    assert not (project / "data/.locks/promote.lock").exists()
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project}/mlflow.db")
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []

@@ -20,6 +20,7 @@ from rl_pipeline.jsonfile import read_object
 from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
+from rl_pipeline.stage_inputs import check_stage_inputs
 from rl_pipeline.stage_lock import StageLocks, is_scheduled
 
 
@@ -63,6 +64,19 @@ class TypedParamsMlflowHook(MlflowHook):
         plain = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
                  for k, v in inputs.items()}
         super().before_node_run(node=node, catalog=catalog, inputs=plain, is_async=is_async)
+
+
+class StageInputsHook:
+    """Before a stage runs alone, check that what earlier stages write for it is there
+    (:mod:`rl_pipeline.stage_inputs`). Registered after :class:`StageLockHook`, so that it
+    runs first (pluggy calls the last registered of equal priority first): a refused run
+    holds no lock and starts no MLflow run, since Kedro calls no error hook for a failure
+    in ``before_pipeline_run``."""
+
+    @hook_impl(tryfirst=True)
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any,
+                            catalog: Any) -> None:
+        check_stage_inputs(pipeline, catalog, run_params.get("env"))
 
 
 # Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.

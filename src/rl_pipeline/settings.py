@@ -5,15 +5,16 @@ from kedro.config import OmegaConfigLoader
 from rl_pipeline.hooks import (
     LeftoversHook,
     LineageHook,
+    StageInputsHook,
     StageLockHook,
     TypedParamsMlflowHook,
     WholeConfigurationHook,
 )
 
 # kedro-mlflow's hook is ours, extended for typed parameters (TypedParamsMlflowHook), so its
-# entry-point instance is off.
-HOOKS = (WholeConfigurationHook(), StageLockHook(), LeftoversHook(), TypedParamsMlflowHook(),
-         LineageHook())
+# entry-point instance is off. StageInputsHook comes after StageLockHook so that it runs first.
+HOOKS = (WholeConfigurationHook(), StageLockHook(), StageInputsHook(), LeftoversHook(),
+         TypedParamsMlflowHook(), LineageHook())
 DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)  # its distribution name
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader

@@ -33,6 +33,11 @@ class LocalPathDataset(AbstractVersionedDataset[_Saved, "str | None"]):
         self._optional = optional
         self.metadata = metadata
 
+    @property
+    def optional(self) -> bool:
+        """Whether a load gives None when nothing is there (a stage may go without it)."""
+        return self._optional
+
     def load(self) -> str | None:
         try:
             path = Path(self._get_load_path())

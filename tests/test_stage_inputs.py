@@ -1,0 +1,73 @@
+"""A stage run before the stage it reads from: the check names what is missing and who writes it.
+
+The project's own pipelines and catalog (conf/cpu), in a scratch project with nothing saved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_pipeline.pipelines import eval as eval_stage
+from rl_pipeline.pipelines import merge, promote, train
+from rl_pipeline.stage_inputs import StageInputError, check_stage_inputs, stage_outputs
+from tests.projects import make_project, project_catalog
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A scratch project with nothing saved, as the working directory (catalog paths are
+    relative to it)."""
+    folder = make_project(tmp_path)
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def test_each_saved_dataset_is_written_by_the_stage_that_outputs_it() -> None:
+    written = stage_outputs()
+    assert written["train_prompts"] == written["val_prompts"] == "data_prep"
+    assert written["training_result"] == "train"
+    assert written["merged_model"] == "merge"
+    assert written["eval_registry"] == "eval"
+    assert written["promotion_decision"] == "promote"
+
+
+def test_promote_before_eval_names_the_eval_stage_and_its_command(project) -> None:
+    with pytest.raises(StageInputError) as raised:
+        check_stage_inputs(promote.create_pipeline(), project_catalog(project), "cpu")
+    message = str(raised.value)
+    assert "  - eval_registry: written by the eval stage" in message
+    assert "Run `kedro run --env cpu --pipelines eval` first" in message
+    # Once eval has written it, promote may start (its own checks say the rest).
+    (project / "data/08_reporting").mkdir(parents=True, exist_ok=True)
+    (project / "data/08_reporting/eval_registry.json").write_text(json.dumps({}))
+    check_stage_inputs(promote.create_pipeline(), project_catalog(project), "cpu")
+
+
+def test_each_missing_input_is_named_and_the_earliest_stage_comes_first(project) -> None:
+    with pytest.raises(StageInputError) as raised:
+        check_stage_inputs(train.create_pipeline(), project_catalog(project), None)
+    message = str(raised.value)
+    assert "  - train_prompts: written by the data_prep stage" in message
+    assert "  - val_prompts: written by the data_prep stage" in message
+    # The default environment (local) needs no --env.
+    assert "Run `kedro run --pipelines data_prep` first" in message
+    # merge and promote together read what train and eval write: train is the one to run.
+    with pytest.raises(StageInputError) as raised:
+        check_stage_inputs(merge.create_pipeline() + promote.create_pipeline(),
+                           project_catalog(project), "cpu")
+    listed = [line for line in str(raised.value).splitlines() if line.startswith("  - ")]
+    assert listed == ["  - eval_registry: written by the eval stage",
+                      "  - training_result: written by the train stage"]
+    assert "Run `kedro run --env cpu --pipelines train` first" in str(raised.value)
+
+
+def test_an_input_a_stage_may_go_without_is_not_required(project) -> None:
+    """eval evaluates the base model alone when no merged model was saved: only the prompts,
+    which data_prep writes, are missing."""
+    with pytest.raises(StageInputError) as raised:
+        check_stage_inputs(eval_stage.create_pipeline(), project_catalog(project), "cpu")
+    listed = [line for line in str(raised.value).splitlines() if line.startswith("  - ")]
+    assert listed == ["  - val_prompts: written by the data_prep stage"]
