@@ -33,9 +33,17 @@ def _one_environ():
     mid-test (arrow_dataset.py: ``os.environ = prev_env``), so monkeypatch would restore the
     old object and a test's PATH or variables would leak into the next tests."""
     environ = os.environ
+    python_path = os.environ.get("PYTHONPATH")
     yield
     if os.environ is not environ:
         os.environ = environ  # noqa: B003 (the object itself goes back, not its contents)
+    # Kedro's bootstrap_project (a kedro command run in-process: tests/test_docs_commands.py)
+    # puts the project's src/ on PYTHONPATH for good; a later test's subprocess that should
+    # see only its own environment (a wheelhouse's target, the GPU kit's box) would see it.
+    if python_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = python_path
 
 
 # The two tiers: `make test` runs every test (CI); `make test-fast`, the edit loop (under 3

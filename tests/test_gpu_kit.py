@@ -98,7 +98,9 @@ def test_the_kit_holds_what_the_image_lacks_in_small_parts_and_installs_offline(
                    check=True)  # pip and setuptools: the image's
     site = next(box.glob("lib/python3.*/site-packages"))
     (site / "image.pth").write_text("\n".join(p for p in sys.path if "site-packages" in p))
-    env = {**os.environ, "PIP_NO_INDEX": "1", "STOP_AFTER": "preflight"}
+    # The box sees only its own environment, not a PYTHONPATH of this session.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PIP_NO_INDEX": "1",
+           "STOP_AFTER": "preflight"}
     subprocess.run([str(box / "bin/python"), "-m", "pip", "install", "-q", "--no-deps",
                     str(_wheel(made, "rlp_kit_image", "2.0"))], check=True, env=env)
     run = subprocess.run(["bash", str(out / "run_smoke.sh")], capture_output=True, text=True,
@@ -108,7 +110,7 @@ def test_the_kit_holds_what_the_image_lacks_in_small_parts_and_installs_offline(
     shown = subprocess.run([str(box / "bin/python"), "-c",
                             "import rlp_kit_a, rl_pipeline, pathlib; "
                             "print(rlp_kit_a.VERSION, pathlib.Path(rl_pipeline.__file__))"],
-                           capture_output=True, text=True, check=True).stdout.split()
+                           capture_output=True, text=True, check=True, env=env).stdout.split()
     assert shown[0] == "1.0" and shown[1].startswith(str(out / "work/rl_pipeline/src"))
     # conf/smoke's preflight passed on the kit's model, in the kit's copy of the project.
     report = json.loads((out / "work/rl_pipeline/data/08_reporting/preflight_report.json")
