@@ -143,7 +143,7 @@ def test_a_node_that_does_not_share_the_checkpoint_storage_is_named(shared, tmp_
     paths = WorkerPaths(str(shared / "train.parquet"), str(shared / "val.parquet"),
                         str(shared / "model"), str(shared / "checkpoints"))
     marker = str(shared / "checkpoints" / ".shared-storage-check-test")
-    assert _write_marker(marker, "token\n") is None
+    assert _write_marker(marker, "token\n") == (None, str(shared / "checkpoints"))
     same = _node_check(paths, None, "compute_score", "sdpa", marker, "token\n")
     assert not [p for p in same["problems"] if "train_checkpoints" in p]
     # Another node: the same path, a folder of its own (here: where the token is not).
@@ -153,6 +153,30 @@ def test_a_node_that_does_not_share_the_checkpoint_storage_is_named(shared, tmp_
     (problem,) = [p for p in other["problems"] if "train_checkpoints" in p]
     assert "storage shared with the other nodes" in problem and "split" in problem
     assert other["free_gib"] > 0
+
+
+def test_the_storage_check_leaves_no_folder_it_made(tmp_path) -> None:
+    """A check-only preflight: the token goes, and with it the folders made for it; a folder
+    that was there stays, and so does one that something else wrote into meanwhile."""
+    from rl_pipeline.engines.verl.cluster import _remove_marker, _write_marker
+
+    marker = tmp_path / "runs/checkpoints/.shared-storage-check-x"
+    written, made = _write_marker(str(marker), "token\n")
+    assert (written, made) == (None, str(tmp_path / "runs"))
+    assert marker.read_text() == "token\n"
+    _remove_marker(str(marker), made)
+    assert list(tmp_path.iterdir()) == []
+    # The folder was there: only the token goes.
+    marker.parent.mkdir(parents=True)
+    assert _write_marker(str(marker), "token\n") == (None, None)
+    _remove_marker(str(marker), None)
+    assert marker.parent.is_dir() and not marker.exists()
+    # Made for the token, but a checkpoint appeared beside it: kept.
+    fresh = tmp_path / "other/checkpoints/.shared-storage-check-y"
+    written, made = _write_marker(str(fresh), "token\n")
+    (fresh.parent / "global_step_1").mkdir()
+    _remove_marker(str(fresh), made)
+    assert not fresh.exists() and (fresh.parent / "global_step_1").is_dir()
 
 
 def test_a_node_with_an_old_driver_is_named(shared, old_driver) -> None:

@@ -168,12 +168,12 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         # One node writes a token where the checkpoints go; every node must read it back.
         token = f"{uuid.uuid4().hex}\n"
         marker = str(Path(paths.train_checkpoints) / f".shared-storage-check-{token[:12]}")
-        written = on_each_node(nodes[:1], _write_marker, marker, token)[0]
+        written, made = on_each_node(nodes[:1], _write_marker, marker, token)[0]
         try:
             results = on_each_node(nodes, _node_check, paths, reward.on_workers, reward.name,
                                    attention, marker if written is None else None, token)
         finally:
-            on_each_node(nodes[:1], _remove_marker, marker)
+            on_each_node(nodes[:1], _remove_marker, marker, made)
         resources = ray.cluster_resources()
         total_gpus, total_cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     finally:
@@ -248,18 +248,38 @@ def _unreachable(address: str) -> str | None:
     return None
 
 
-def _write_marker(marker: str, token: str) -> str | None:
-    """On the first node: the shared-storage token written (None), or why it was not."""
+def _write_marker(marker: str, token: str) -> tuple[str | None, str | None]:
+    """On the first node: write the shared-storage token.
+
+    Returns:
+        Why it could not be written (None: written), and the topmost folder made for it (None:
+        its folder was there), which :func:`_remove_marker` takes away again, so that a
+        check-only preflight leaves no empty checkpoint folder behind.
+    """
+    folder = Path(marker).parent
+    made = next((str(p) for p in reversed([folder, *folder.parents]) if not p.exists()), None)
     try:
-        Path(marker).parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         Path(marker).write_text(token)
     except OSError as exc:
-        return str(exc)
-    return None
+        return str(exc), made
+    return None, made
 
 
-def _remove_marker(marker: str) -> None:
+def _remove_marker(marker: str, made: str | None) -> None:
+    """Remove the token, and the folders :func:`_write_marker` made while still empty."""
     Path(marker).unlink(missing_ok=True)
+    if made is None:
+        return
+    folder = Path(marker).parent
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: something else writes there now
+            return
+        if str(folder) == made:
+            return
+        folder = folder.parent
 
 
 def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
