@@ -74,7 +74,7 @@ airflow-check: airflow-dags $(AIRFLOW_STAMP)
 # Airflow's own `airflow dags test` of the generated DAGs, as a worker runs them
 # (tests/test_airflow_worker.py): reserialize and list, tasks that fail at once, the whole
 # DAG (short) with one MLflow run per stage and the gate's decision. Not in `make test`: it
-# takes about 3 minutes on 2 cores, plus 1.5 for the first install (docs/scheduling.md):
+# takes 3 to 4 minutes on 2 cores, plus 1.5 for the first install (docs/scheduling.md):
 # with it the suite would pass its 20 minutes.
 airflow-test: install model $(AIRFLOW_WORKER_STAMP)
 	$(BIN)/pytest -n 0 -m airflow_worker tests/test_airflow_worker.py $(ARGS)

@@ -123,6 +123,8 @@ def test_a_bad_parameter_in_the_run_conf_fails_at_once_naming_it(airflow) -> Non
     conf = airflow.test_dag("rl-pipeline-cpu-data-prep", conf={"params": [1]})[0]
     assert ("the DAG run's conf 'params' is [1]: expected a mapping of parameter names to "
             "values") in said(conf)
+    conf = airflow.test_dag("rl-pipeline-cpu-data-prep", conf={"params": {"eval..x": 1}})[0]
+    assert "the DAG run's conf 'params' names 'eval..x': expected a parameter name" in said(conf)
 
 
 def test_the_whole_dag_runs_each_stage_once_and_the_gate_decides(airflow) -> None:

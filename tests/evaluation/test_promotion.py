@@ -32,7 +32,16 @@ def test_a_gain_whose_interval_reaches_zero_is_refused_as_noise(low) -> None:
     decision = decide_promotion(_evidence(mean_reward=_c(0.08, low, 0.17)), "mean_reward",
                                 NO_GUARDS)
     assert not decision.promote
-    assert "not up beyond the paired 95% interval" in decision.reasons[0]
+    assert decision.reasons[0].endswith("not up beyond the paired 95% interval (the interval "
+                                        "reaches 0)")
+
+
+def test_a_loss_beyond_the_interval_is_refused_as_a_loss() -> None:
+    decision = decide_promotion(_evidence(mean_reward=_c(-0.35, -0.435, -0.265)),
+                                "mean_reward", NO_GUARDS)
+    assert not decision.promote
+    assert decision.reasons == ["mean_reward: -0.35 [-0.435, -0.265] vs champion:1: down "
+                                "beyond the paired 95% interval"]
 
 
 def test_a_rate_that_rises_beyond_its_tolerance_blocks_the_gain() -> None:

@@ -70,10 +70,13 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
     used = {metric: main}
     reasons = []
     beats = main["ci_low"] > 0
-    reasons.append(f"{metric}: {_change(main)} vs {reference}: "
-                   + ("up beyond the paired 95% interval" if beats else
-                      "not up beyond the paired 95% interval (the interval reaches 0 or "
-                      "below)"))
+    if beats:
+        verdict = "up beyond the paired 95% interval"
+    elif main["ci_high"] < 0:
+        verdict = "down beyond the paired 95% interval"
+    else:
+        verdict = "not up beyond the paired 95% interval (the interval reaches 0)"
+    reasons.append(f"{metric}: {_change(main)} vs {reference}: {verdict}")
     failed = []
     for guard, tolerance in guards.items():
         comparison = guard_comparison(evidence, guard)
