@@ -140,10 +140,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "verl applies actor_kl_loss_coef only with actor_use_kl_loss true, so beta 0 "
                "is actor_use_kl_loss false. TRL's KL estimator is k3, verl's low_var_kl (k3 "
                "clamped to [-10, 10])."),
-    Equivalent("epsilon", verl_keys=(f"{_ACTOR}.clip_ratio_low", f"{_ACTOR}.clip_ratio_high"),
+    Equivalent("epsilon", "actor_clip_ratio",
                note="TRL clips the ratio to [1 - epsilon, 1 + epsilon] (epsilon_high unset). "
-               "verl's loss reads clip_ratio_low and clip_ratio_high, which default to 0.2 "
-               "themselves, so actor.clip_ratio alone changes nothing: set both."),
+               "actor_clip_ratio sets verl's clip_ratio_low and clip_ratio_high, which its loss "
+               "reads (actor.clip_ratio alone changes nothing)."),
     Equivalent("num_iterations", verl_keys=(f"{_ACTOR}.ppo_epochs",),
                note="Optimisation passes over each generated batch (mu); verl's default is 1."),
     Equivalent("num_generations", "rollout_n"),
@@ -164,10 +164,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "gradient_accumulation_steps completions); in verl data_train_batch_size and "
                "actor_ppo_mini_batch_size (prompts) do, and the accumulation follows."),
     Equivalent("learning_rate", "actor_optim_lr"),
-    Equivalent("warmup_ratio", verl_keys=(f"{_ACTOR}.optim.lr_warmup_steps_ratio",),
+    Equivalent("warmup_ratio", "actor_optim_lr_warmup_steps_ratio",
                note="verl uses the ratio while optim.lr_warmup_steps <= 0 (its default, -1); "
                "verl's default ratio is 0."),
-    Equivalent("lr_scheduler_type", verl_keys=(f"{_ACTOR}.optim.lr_scheduler_type",),
+    Equivalent("lr_scheduler_type", "actor_optim_lr_scheduler_type",
                note="verl knows constant (its default) and cosine only."),
     Equivalent("max_grad_norm", verl_keys=(f"{_ACTOR}.optim.clip_grad",),
                note="verl's FSDP engine reads optim.clip_grad (actor.grad_clip is not read)."),
@@ -191,6 +191,9 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("save_total_limit", "trainer_max_actor_ckpt_to_keep",
                note="null keeps every checkpoint in both."),
     # Miscellaneous
+    Equivalent("seed", "seed",
+               note="verl's seeds the data order, the rollout's sampling and (on a CPU) the "
+               "LoRA initialisation; TRL's every random draw of the trainer."),
     Equivalent("shuffle_dataset", verl_keys=("data.shuffle",)),
     Equivalent("use_liger_kernel", verl_keys=("actor_rollout_ref.model.use_liger",)),
     Equivalent("vllm_gpu_memory_utilization", "rollout_gpu_memory_utilization",

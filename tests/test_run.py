@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE
+from rl_pipeline.training_rollouts import PREFIX, TABLE
 from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, SMOLLM2_GGUF
 from tests.projects import kedro_run, make_project, mlflow_runs, readme_block, run_tags
 
@@ -270,6 +271,24 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert prep.data.params["data_prep.data_source"] == "rl_pipeline/arithmetic"
     steps = client.get_metric_history(train.info.run_id, "train/reward")
     assert [m.step for m in steps] == [1, 2]
+    # What the model wrote at each step: train.rollouts_logged_per_step rows of each step in
+    # the run's table, eval's degeneration rates over all 8 rollouts of each step, and TRL's
+    # own timing of its phases.
+    table = json.loads(Path(client.download_artifacts(train.info.run_id, TABLE, str(tmp_path)))
+                       .read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert sorted(r["step"] for r in rows) == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert {"prompt", "response", "reward", "reward_function", "reward_timeout",
+            "truncated"} <= set(table["columns"])
+    assert all(r["prompt"].startswith("What is") for r in rows)
+    for key in ("truncation_rate", "repetition_rate", "no_reasoning_rate", "count",
+                "reward_error/mean", "reward_timeout/mean"):
+        assert [m.step for m in client.get_metric_history(
+            train.info.run_id, f"train/{PREFIX}{key}")] == [1, 2], key
+    assert {m.value for m in client.get_metric_history(
+        train.info.run_id, f"train/{PREFIX}count")} == {8.0}
+    assert any(k.startswith("profiling/Time taken: GRPOTrainer.transformers.generate")
+               for k in train.data.metrics)
     assert "train/reward_curve.png" in {a.path for a in client.list_artifacts(
         train.info.run_id, "train")}
     assert merge.data.metrics["merge.max_abs_diff"] <= merge.data.metrics["merge.tolerance"]

@@ -109,7 +109,9 @@ def test_per_prompt_scores_by_hand() -> None:
 
 
 def test_model_metrics_by_hand() -> None:
-    m = model_metrics(_frame(), reward_errors=1, pass_k=[1, 4, 8], resamples=1000)
+    frame = _frame()
+    frame["reward_error"] = [True] + [False] * (len(frame) - 1)
+    m = model_metrics(frame, pass_k=[1, 4, 8], resamples=1000)
     assert m["mean_reward"] == pytest.approx((0.5 + 0.3 + 0.5) / 3)
     assert m["mean_at_4"] == m["mean_reward"]  # mean@n: the mean of per-sample scores
     assert m["pass_at_1"] == pytest.approx((0.5 + 0.25 + 0.5) / 3)
@@ -120,7 +122,8 @@ def test_model_metrics_by_hand() -> None:
     assert m["flexible_accuracy"] == pytest.approx(0.5)
     assert m["strict_pass_at_4"] == 1.0 and m["strict_format_rate"] == 0.75
     assert m["mean_reward_ci_low"] <= m["mean_reward"] <= m["mean_reward_ci_high"]
-    assert (m["prompts"], m["samples_per_prompt"], m["reward_errors"]) == (3, 4, 1)
+    assert (m["prompts"], m["samples_per_prompt"], m["reward_errors"], m["reward_timeouts"]) \
+        == (3, 4, 1, 0)
     assert m["mean_response_tokens"] == 20 and m["truncation_rate"] == pytest.approx(1 / 12)
     assert m["repetition_rate"] == pytest.approx(2 / 12)
     assert m["no_reasoning_rate"] == pytest.approx(3 / 12)

@@ -152,10 +152,13 @@ def test_the_reward_group_builds_one_reward_for_trainers_and_eval() -> None:
     assert built("openai/gsm8k", right, "72", response_facts(10, 64, False)) == 1.0
     # 56 of 64 tokens: half-way into the 16-token buffer.
     assert built("openai/gsm8k", right, "72", response_facts(56, 64, False)) == 0.5
-    # verl's entry point, with the group's settings as verl passes them (reward_kwargs).
+    # verl's entry point, with the group's settings as verl passes them (reward_kwargs):
+    # the score, and the parts verl keeps per sample (reward_extra_info).
     assert verl_reward("openai/gsm8k", right, "72", response_facts(56, 64, False),
                        reward_name="gsm8k_format_credit", overlong_buffer_len=16,
-                       overlong_penalty_factor=1.0) == 0.5
+                       overlong_penalty_factor=1.0, timeout_s=10.0) == {
+        "score": 0.5, "reward_function": 1.0, "overlong_penalty": -0.5,
+        "reward_error": 0.0, "reward_timeout": 0.0}
 
 
 def test_math_verify_on_boxed_answers() -> None:

@@ -121,7 +121,7 @@ def score_columns(per_prompt: pd.DataFrame) -> list[str]:
     return [c for c in per_prompt.columns if c not in ("data_source", "samples")]
 
 
-def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
+def model_metrics(generations: pd.DataFrame,
                   pass_k: Sequence[int] = (1,), correct_reward: float = CORRECT_REWARD,
                   resamples: int = 10_000, seed: int = 42,
                   per_prompt: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -129,8 +129,8 @@ def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
 
     Args:
         generations: One row per (prompt, sample), as :func:`per_prompt_scores` takes, with
-            ``response_tokens`` and ``truncated``.
-        reward_errors: How many reward calls raised (and were scored 0).
+            ``response_tokens``, ``truncated`` and, when the reward failed on a sample (scored
+            0), ``reward_error`` (it raised) and ``reward_timeout`` (past its time limit).
         pass_k, correct_reward: See :func:`per_prompt_scores`.
         resamples, seed: The bootstrap of the headline's 95% interval (``mean_reward_ci_low``
             and ``_high``; the seed makes its resampled prompts those of the paired
@@ -143,13 +143,14 @@ def model_metrics(generations: pd.DataFrame, reward_errors: int = 0,
         ``strict_pass_at_<k>``, ``flexible_pass_at_<k>``, ``strict_format_rate`` (over GSM8K
         prompts; None when there are none), ``truncation_rate``, ``repetition_rate``,
         ``no_reasoning_rate``, ``mean_response_tokens``, ``prompts``, ``gsm8k_prompts``,
-        ``samples_per_prompt``, ``reward_errors`` and the same per data source in
-        ``by_data_source``.
+        ``samples_per_prompt``, ``reward_errors``, ``reward_timeouts`` and the same per data
+        source in ``by_data_source``.
     """
     if per_prompt is None:
         per_prompt = per_prompt_scores(generations, pass_k, correct_reward)
     metrics = _summary(per_prompt, resamples, seed)
-    metrics["reward_errors"] = int(reward_errors)
+    for column, name in (("reward_error", "reward_errors"), ("reward_timeout", "reward_timeouts")):
+        metrics[name] = int(generations[column].sum()) if column in generations else 0
     metrics["by_data_source"] = {
         str(source): _summary(per_prompt[per_prompt["data_source"] == source], resamples, seed)
         for source in sorted(per_prompt["data_source"].unique())}

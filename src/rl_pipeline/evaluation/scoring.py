@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
@@ -13,35 +12,13 @@ from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_match, strict_score
 from rl_pipeline.params import RewardParams
-from rl_pipeline.rewards import RewardFunction, SafeReward, build_reward
+from rl_pipeline.rewards import SafeReward, build_reward
 from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive, response_facts
 
 
-class PredRecorder:
-    """A reward function that remembers the ``pred`` of its last dict result.
-
-    verl's rewards may return ``{"score": ..., "pred": <the extracted answer>}`` (its
-    ``math_dapo`` does) and verl votes on ``pred`` for its maj@N; :class:`SafeReward` keeps
-    only the score, so the answer is kept here, beside it.
-    """
-
-    def __init__(self, fn: RewardFunction) -> None:
-        self.fn = fn
-        self.pred: str | None = None
-        self.__name__ = getattr(fn, "__name__", repr(fn))  # SafeReward's warnings name it
-
-    def __call__(self, data_source: str, solution_str: str, ground_truth: str,
-                 extra_info: dict | None = None) -> float | dict[str, Any]:
-        self.pred = None
-        result = self.fn(data_source, solution_str, ground_truth, extra_info)
-        if isinstance(result, dict) and result.get("pred") is not None:
-            self.pred = str(result["pred"])
-        return result
-
-
 def eval_reward(reward: RewardParams) -> SafeReward:
-    """The ``reward`` group's function, as training uses it, wrapped to keep its ``pred``."""
-    return build_reward(reward, wrap=PredRecorder)
+    """The ``reward`` group's function, as training uses it."""
+    return build_reward(reward)
 
 
 def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], label: str,
@@ -52,15 +29,15 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         prompts: Prompts in verl's schema (``data_source``, ``prompt``, ``reward_model``, ...).
         generations: The responses, indexed by prompt position.
         label: The model label (``base``, ``trained``).
-        reward: The configured reward function (:func:`eval_reward`; any
-            :class:`SafeReward` works, without rewards' ``pred``).
+        reward: The configured reward function (:func:`eval_reward`).
         max_new_tokens: The generation cap, which the reward learns with each response's
             length and truncation in ``extra_info``, as in training.
 
     Returns:
         Columns ``model``, ``prompt_index``, ``sample_index``, ``data_source``, ``prompt``,
         ``ground_truth``, ``response``, ``response_tokens``, ``truncated``, ``reward`` (the
-        headline), ``reward_error`` (the reward function raised; scored 0), ``strict`` and
+        headline), ``reward_error`` (the reward function raised; scored 0),
+        ``reward_timeout`` (it ran past ``reward.timeout_s``; scored 0), ``strict`` and
         ``flexible`` (lm-evaluation-harness's GSM8K scores, 1.0 or 0.0, on GSM8K sources
         only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`),
         ``strict_format`` (1.0 when strict-match finds a ``#### <number>`` answer, right or
@@ -70,25 +47,25 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
     """
     rows = []
     for g in generations:
-        errors_before = reward.errors
         row = prompts.iloc[g.prompt_index]
         truth = str(row["reward_model"]["ground_truth"])
         source = str(row["data_source"])
         extra = row["extra_info"] if "extra_info" in prompts else None
         facts = response_facts(g.tokens, max_new_tokens, g.truncated)
-        score = reward(source, g.text, truth, {**(extra or {}), **facts})
+        scored = reward.score(source, g.text, truth, {**(extra or {}), **facts})
         gsm8k = is_gsm8k_source(source)
         rows.append({
             "model": label, "prompt_index": g.prompt_index, "sample_index": g.sample_index,
             "data_source": source, "prompt": _last_user_message(row["prompt"]),
             "ground_truth": truth, "response": g.text, "response_tokens": g.tokens,
             "truncated": g.truncated,
-            "reward": score,
-            "reward_error": reward.errors > errors_before,
+            "reward": scored.reward,
+            "reward_error": scored.error is not None and not scored.timed_out,
+            "reward_timeout": scored.timed_out,
             "strict": strict_score(g.text, truth) if gsm8k else math.nan,
             "flexible": flexible_score(g.text, truth) if gsm8k else math.nan,
             "strict_format": float(strict_match(g.text) is not None) if gsm8k else math.nan,
-            "answer": extract_answer(source, g.text, getattr(reward.fn, "pred", None)),
+            "answer": extract_answer(source, g.text, scored.pred),
             "repetitive": is_repetitive(g.text),
             "no_reasoning": has_no_reasoning(g.text),
         })

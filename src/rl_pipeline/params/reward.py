@@ -36,6 +36,12 @@ class RewardParams(ParamGroup):
     strict: bool = Field(
         False, description="Fail when the reward function raises; otherwise that sample "
         "scores 0 and is counted in the metrics (reward_errors).")
+    timeout_s: float | None = Field(
+        10.0, gt=0, description="Time limit per sample: the reward function runs in a worker "
+        "process (one pool per process that scores), and a sample past the limit has its "
+        "worker killed and scores 0, counted as a reward timeout (the reward_timeout metric). "
+        "It holds on any thread: verl's reward loop, a Ray actor, TRL, eval. null: no limit, "
+        "the function runs in the calling thread (a hung sample then stalls the run).")
     correct_score: float = Field(
         1.0, description="A response is correct when its reward is at least this: pass@k, "
         "maj@k and the eval verdict off GSM8K-style sources, and the reward self-test. The "

@@ -50,6 +50,11 @@ class TrainParams(ParamGroup):
         "afresh in a folder of its own. never: discard this identity's checkpoints and train "
         "afresh. A path: resume from that checkpoint (trl's checkpoint-N, verl's "
         "global_step_N), whatever run wrote it.")
+    rollouts_logged_per_step: int = Field(
+        4, ge=0, description="Rollouts of each training step kept in the train run's MLflow "
+        "table train/rollouts.json (prompt, response, reward and its parts, with the step): "
+        "the first ones of the step, a whole group when it is the group size. 0: none. "
+        "The step's degeneration rates are logged over all of its rollouts either way.")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
     trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
 

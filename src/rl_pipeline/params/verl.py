@@ -99,6 +99,21 @@ class VerlParams(ParamGroup):
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
     # Ours, not the specs'.
+    actor_optim_lr_scheduler_type: Literal["constant", "cosine"] = Field(
+        "constant", description="Learning-rate schedule after the warm-up (verl's FSDP engine "
+        "has these two; cosine decays to 0 at the last step).")
+    actor_optim_lr_warmup_steps_ratio: float = Field(
+        0.0, ge=0, lt=1, description="Share of the steps spent warming the learning rate up "
+        "from 0.")
+    actor_optim_weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    actor_clip_ratio: float = Field(
+        0.2, gt=0, description="PPO clip of the importance ratio, both sides (verl's "
+        "clip_ratio_low and clip_ratio_high; TRL's epsilon).")
+    seed: int = Field(
+        42, description="Seed of the data order (data.seed), the rollout's sampling "
+        "(rollout.seed: vLLM's with full determinism, the CPU rollout's always) and the "
+        "engine (actor fsdp_config.seed: the LoRA initialisation on a CPU, everything under "
+        "verl's full determinism).")
     trainer_max_actor_ckpt_to_keep: int | None = Field(
         None, gt=0, description="Checkpoints verl keeps (the newest; null: every one, verl's "
         "default). A LoRA checkpoint holds the full model state in fp32 plus the optimizer "

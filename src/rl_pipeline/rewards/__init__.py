@@ -10,9 +10,11 @@ validation numbers agree.
 """
 
 from rl_pipeline.rewards.scoring import (
+    PARTS,
     OverlongPenalty,
     RewardFunction,
     SafeReward,
+    Scored,
     build_reward,
     compute_score,
     flexible_gsm8k,
@@ -23,9 +25,11 @@ from rl_pipeline.rewards.scoring import (
 )
 
 __all__ = [
+    "PARTS",
     "OverlongPenalty",
     "RewardFunction",
     "SafeReward",
+    "Scored",
     "build_reward",
     "compute_score",
     "flexible_gsm8k",

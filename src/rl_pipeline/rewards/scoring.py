@@ -6,9 +6,10 @@ import functools
 import importlib.util
 import inspect
 import logging
+import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +87,21 @@ def gsm8k_format_credit(data_source: str, solution_str: str, ground_truth: str,
 def math_verify_score(data_source: str, solution_str: str, ground_truth: str,
                       extra_info: dict | None = None) -> float:
     """1.0 when math-verify finds the response's answer (``\\boxed{}`` or an expression)
-    equivalent to the ground truth."""
+    equivalent to the ground truth.
+
+    math-verify's own time limits are off: they are SIGALRM-based, which raises off the
+    main thread (verl's reward loop calls this on an executor thread). ``reward.timeout_s``
+    limits it instead, from outside (:mod:`rl_pipeline.rewards.isolation`).
+    """
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    gold = parse("\\boxed{" + str(ground_truth) + "}", (LatexExtractionConfig(),))
-    answer = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()))
-    return 1.0 if gold and answer and verify(gold, answer) else 0.0
+    # It warns at every call that its timeout is off: that is meant, and said above.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    gold = parse("\\boxed{" + str(ground_truth) + "}", (LatexExtractionConfig(),),
+                 parsing_timeout=None)
+    answer = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()),
+                   parsing_timeout=None)
+    return 1.0 if gold and answer and verify(gold, answer, timeout_seconds=None) else 0.0
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str,
@@ -168,59 +178,113 @@ class OverlongPenalty:
         return min(-exceed / self.buffer_len * self.factor, 0.0)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """One sample's reward and its parts."""
+
+    reward: float  # what the trainer optimises: the function's score plus the penalty
+    function_score: float  # the reward function's own score (0 when it failed)
+    overlong_penalty: float = 0.0
+    error: str | None = None  # what the function raised, or returned instead of a score
+    timed_out: bool = False  # ran past reward.timeout_s (error says so too)
+    extra: dict[str, float] = field(default_factory=dict)  # a dict result's other numbers
+    pred: str | None = None  # a dict result's extracted answer (verl votes on it: maj@N)
+
+    def parts(self) -> dict[str, float]:
+        """The reward's terms and failure flags, as numbers (:data:`PARTS` then ``extra``)."""
+        return {"reward_function": self.function_score,
+                "overlong_penalty": self.overlong_penalty,
+                "reward_error": float(self.error is not None and not self.timed_out),
+                "reward_timeout": float(self.timed_out), **self.extra}
+
+
+# The names of :meth:`Scored.parts` that every reward has: the per-step metrics and the
+# columns of the training rollouts table (rl_pipeline.training_rollouts).
+PARTS = ("reward_function", "overlong_penalty", "reward_error", "reward_timeout")
+
+
 class SafeReward:
-    """Calls a reward function; a raise scores 0 and is counted, unless ``strict``. Adds the
-    overlong penalty, when one is set.
+    """Calls a reward function within a time limit; a raise or a timeout scores 0 and is
+    counted, unless ``strict``. Adds the overlong penalty, when one is set.
 
     A reward function is user code run on model output, which is arbitrary text: one odd
-    response must not end an hours-long run. ``errors`` counts the failures for the metrics.
+    response must not end or stall an hours-long run. With ``timeout_s`` the function runs
+    in a worker process (:func:`~rl_pipeline.rewards.isolation.call_with_limit`), loaded
+    there from ``path`` and ``name``; without, in the calling thread. ``errors`` and
+    ``timeouts`` count the failures for the metrics.
     """
 
     def __init__(self, fn: RewardFunction, strict: bool = False,
-                 overlong: OverlongPenalty | None = None) -> None:
+                 overlong: OverlongPenalty | None = None, *,
+                 source: tuple[str | None, str] | None = None,
+                 timeout_s: float | None = None) -> None:
         self.fn = fn
         self.strict = strict
         self.overlong = overlong or OverlongPenalty()
+        self.source = source
+        self.timeout_s = timeout_s if source is not None else None
         self.errors = 0
+        self.timeouts = 0
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: str,
                  extra_info: dict | None = None) -> float:
+        return self.score(data_source, solution_str, ground_truth, extra_info).reward
+
+    def score(self, data_source: str, solution_str: str, ground_truth: str,
+              extra_info: dict | None = None) -> Scored:
+        """The reward of one response, with its parts."""
+        from rl_pipeline.rewards.isolation import RewardTimeout, call_with_limit
+
+        args = (data_source, solution_str, ground_truth, extra_info)
+        penalty = self.overlong(extra_info)
         try:
-            result = self.fn(data_source, solution_str, ground_truth, extra_info)
-            score = float(result["score"] if isinstance(result, dict) else result)
+            if self.timeout_s is None:
+                result = self.fn(*args)
+            else:
+                result = call_with_limit(*self.source, args, self.timeout_s)
+            value = float(result["score"] if isinstance(result, dict) else result)
+            if not math.isfinite(value):
+                raise ValueError(f"returned a score of {value}")
         except Exception as exc:
             if self.strict:
                 raise
-            self.errors += 1
-            if self.errors <= 3:
-                logger.warning("reward function %s raised %r; scoring 0 (reward.strict=true "
-                               "makes this fatal)", getattr(self.fn, "__name__", self.fn), exc)
-            score = 0.0
-        return score + self.overlong(extra_info)
+            timed_out = isinstance(exc, RewardTimeout)
+            self.timeouts += timed_out
+            self.errors += not timed_out
+            if self.errors + self.timeouts <= 3:
+                logger.warning("reward function %s %s; scoring 0 (reward.strict=true makes "
+                               "this fatal)", getattr(self.fn, "__name__", self.fn),
+                               exc if timed_out else f"raised {exc!r}")
+            return Scored(penalty, 0.0, penalty, f"{type(exc).__name__}: {exc}"[:300],
+                          timed_out)
+        extra, pred = {}, None
+        if isinstance(result, dict):
+            extra = {str(k): float(v) for k, v in result.items() if k != "score"
+                     and isinstance(v, int | float) and not isinstance(v, bool)}
+            pred = None if result.get("pred") is None else str(result["pred"])
+        return Scored(value + penalty, value, penalty, extra=extra, pred=pred)
 
 
-def build_reward(reward: RewardParams, strict: bool | None = None,
-                 wrap: Callable[[RewardFunction], RewardFunction] | None = None) -> SafeReward:
+def build_reward(reward: RewardParams, strict: bool | None = None) -> SafeReward:
     """The ``reward`` group's function as both trainers and eval call it: loaded, contained
-    (:class:`SafeReward`) and with its overlong penalty.
+    (:class:`SafeReward`: its time limit, errors counted) and with its overlong penalty.
 
     Args:
         reward: The ``reward`` group.
         strict: Overrides ``reward.strict`` (preflights raise, to name a broken reward).
-        wrap: Wraps the loaded function (eval keeps a dict result's ``pred``).
     """
     fn = reward.custom_reward_function
-    loaded = load_reward_function(fn.path, fn.name)
-    return SafeReward(wrap(loaded) if wrap else loaded,
+    return SafeReward(load_reward_function(fn.path, fn.name),
                       reward.strict if strict is None else strict,
-                      OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor))
+                      OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor),
+                      source=(fn.path, fn.name), timeout_s=reward.timeout_s)
 
 
 def verl_reward(data_source: str, solution_str: str, ground_truth: str,
                 extra_info: dict | None = None, *, reward_path: str | None = None,
                 reward_name: str = "compute_score", strict: bool = False,
                 overlong_buffer_len: int = 0, overlong_penalty_factor: float = 1.0,
-                **_: Any) -> float:
+                timeout_s: float | None = None, **_: Any) -> dict[str, float]:
     """The reward as verl's reward loop calls it (``reward.custom_reward_function``).
 
     verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments: they name the
@@ -229,16 +293,29 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
     ``extra_info`` carries the response's length and truncation
     (:class:`~rl_pipeline.engines.verl.reward_manager.ResponseFactsRewardManager`). Other
     keyword arguments verl adds (a reward-model router) are not used.
+
+    Returns:
+        ``score`` (the reward) and the reward's parts (:meth:`Scored.parts`), which verl
+        keeps per sample as ``reward_extra_info``: the trainer logs them per step.
     """
-    return _safe_reward(reward_path, reward_name, strict, overlong_buffer_len,
-                        overlong_penalty_factor)(data_source, solution_str, ground_truth,
-                                                 extra_info)
+    scored = _safe_reward(reward_path, reward_name, strict, overlong_buffer_len,
+                          overlong_penalty_factor, timeout_s).score(
+        data_source, solution_str, ground_truth, extra_info)
+    return {"score": scored.reward, **scored.parts()}
 
 
 @functools.cache
 def _safe_reward(path: str | None, name: str, strict: bool, buffer_len: int,
-                 factor: float) -> SafeReward:
-    return SafeReward(load_reward_function(path, name), strict, OverlongPenalty(buffer_len, factor))
+                 factor: float, timeout_s: float | None) -> SafeReward:
+    return SafeReward(load_reward_function(path, name), strict,
+                      OverlongPenalty(buffer_len, factor), source=(path, name),
+                      timeout_s=timeout_s)
+
+
+@functools.cache
+def load_reward_function_cached(path: str | None, name: str) -> RewardFunction:
+    """:func:`load_reward_function`, once per process (a worker scores many samples)."""
+    return load_reward_function(path, name)
 
 
 def _import_reward_module(path: str) -> Any:

@@ -99,7 +99,8 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
     Returns:
         Per data source: ``scorer``, ``rows``, ``gold_correct`` (share of ideal responses at
         ``correct_score`` or more), ``wrong_below_gold`` (share of rows where the wrong answer
-        scores less), ``passed`` and ``examples`` (rows that failed, else the first ones;
+        scores less), ``errors`` (rows where the reward raised or timed out), ``passed``
+        and ``examples`` (rows that failed, else the first ones;
         ``error`` holds what the reward raised, or returned instead of a finite number).
     """
     by_source: dict[str, list[dict[str, Any]]] = {}
@@ -127,6 +128,7 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
         out[source] = {
             "scorer": scorer_for(source, reward_name, reward_path), "rows": len(results),
             "gold_correct": gold_share, "wrong_below_gold": wrong_share,
+            "errors": sum(r["error"] is not None for r in results),
             "passed": gold_share >= PASS_SHARE and wrong_share >= PASS_SHARE,
             "examples": [{k: v for k, v in r.items() if k != "ok"}
                          for r in (failed or results)[:EXAMPLES]]}
@@ -167,12 +169,17 @@ def failures(report: dict[str, dict[str, Any]],
             f"scored {e['score']:g}, wrong answer scored {e['wrong_score']:g}"
             + (f" (the reward raised {e['error']})" if e["error"] else "")
             for e in result["examples"])
+        errors = result.get("errors", 0)
+        # A scorer that raised says nothing about whether it reads these answers.
+        fix = (f"the reward function raised on {errors} of {result['rows']} rows, so "
+               "changing data_prep.data_source cannot help: fix the reward function (or "
+               "what it needs where it runs), then rerun" if errors else _FIX)
         messages.append((source,
             f"reward self-test failed for data_source {source!r} (scorer: {result['scorer']}): "
             f"ideal answers scored at least reward.correct_score={correct_score:g} on "
             f"{result['gold_correct']:.0%} of {result['rows']} rows and wrong answers scored "
             f"less on {result['wrong_below_gold']:.0%} (each needs {PASS_SHARE:.0%}). "
-            f"Examples: {rows}. To fix: {_FIX}."))
+            f"Examples: {rows}. To fix: {fix}."))
     return messages
 
 

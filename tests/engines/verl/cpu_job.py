@@ -26,6 +26,7 @@ CPU_VERL = {"device": "cpu", "ENGINE": "hf", "trainer_n_gpus_per_node": "auto",
             "actor_ppo_micro_batch_size_per_gpu": 4,
             "rollout_log_prob_micro_batch_size_per_gpu": 4,
             "ref_log_prob_micro_batch_size_per_gpu": 4, "actor_model_lora_rank": 8,
+            "rollout_dtype": "float32",
             "actor_model_lora_alpha": 16, "trainer_save_freq": 1, "trainer_test_freq": -1,
             "trainer_val_before_train": False}
 
@@ -37,7 +38,7 @@ def main(job_file: str) -> None:
     mlflow.set_tracking_uri(job["tracking_uri"])
     inputs = LaunchInputs(train_files=job["train_files"], val_files=job["val_files"],
                           model_path=job["model_path"], checkpoints_dir=job["checkpoints"],
-                          tracking_uri=job["tracking_uri"])
+                          tracking_uri=job["tracking_uri"], rollouts_per_step=4)
     verl = VerlParams(**{**CPU_VERL, **job["verl"]})
     reward = RewardParams(self_test="off", custom_reward_function=job["reward"])
     plan = plan_verl(verl, DataParams(data_max_response_length=32), reward, inputs,

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import mlflow
@@ -23,6 +24,7 @@ import pytest
 import torch
 
 from rl_pipeline.engines.problems import PreflightError
+from rl_pipeline.engines.verl.agreement import agreement_report
 from rl_pipeline.engines.verl.checkpoint import export_result
 from rl_pipeline.engines.verl.config import CPU_MODULE
 from rl_pipeline.engines.verl.plan import plan_verl
@@ -33,6 +35,7 @@ from rl_pipeline.engines.verl.rollout_check import (
 )
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
+from rl_pipeline.training_rollouts import TABLE
 from tests.conftest import PROJECT_ROOT
 from tests.engines.verl.cpu_job import CPU_VERL
 from tests.verl_inputs import SMALL, verl_prompts
@@ -188,7 +191,9 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     killed_at = _newest(checkpoints)
     assert 1 <= killed_at < steps
 
-    second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps)
+    second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps,
+                              overrides=[f"+actor_rollout_ref.rollout.custom.cpu_rollout."
+                                         f"agreement_dir={cpu_bed['root'] / 'agreement'}"])
     rerun = _start(second)
     assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
     summary = json.loads(Path(f"{second}.out.json").read_text())["summary"]
@@ -203,9 +208,32 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     for key, history in rerun_metrics.items():
         assert set(history) == set(range(killed_at + 1, steps + 1)), (key, history)
         assert all(math.isfinite(v) for v in history.values()), (key, history)
-    # The rollout sampled the trained policy (the check passed and says so).
-    assert summary["rollout_policy"]["checked_steps"] == steps - killed_at
-    assert summary["rollout_policy"]["min_pearson"] >= 0.9
+    # The rollout sampled the trained policy: the actor computes in the rollout's float32,
+    # so their token probabilities agree to rounding (verl's bfloat16 default did not).
+    policy = summary["rollout_policy"]
+    assert policy["checked_steps"] == steps - killed_at
+    assert policy["min_pearson"] >= 0.9999 and policy["max_probs_diff"] <= 1e-4, policy
+    # What the model wrote at each step: the table and the degeneration rates, per step.
+    client = _client(cpu_bed["tracking_uri"])
+    table = json.loads(Path(client.download_artifacts(second_run, TABLE, str(tmp_path)))
+                       .read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    per_step = Counter(r["step"] for r in rows)  # train.rollouts_logged_per_step of each
+    assert per_step == {s: 4 for s in range(killed_at + 1, steps + 1)}
+    assert {"prompt", "response", "reward", "reward_function", "reward_error",
+            "reward_timeout", "truncated", "repetitive"} <= set(table["columns"])
+    for key in ("rollouts/truncation_rate", "rollouts/repetition_rate",
+                "rollouts/reward_error/mean", "rollouts/reward_timeout/mean"):
+        assert set(_history(cpu_bed["tracking_uri"], second_run, key)) == \
+            set(range(killed_at + 1, steps + 1)), key
+    assert set(_history(cpu_bed["tracking_uri"], second_run,
+                        "rollouts/reward_error/mean").values()) == {0.0}
+    # The same tokens scored again: the rollout is the float32 policy of the adapter it held.
+    report = agreement_report(cpu_bed["root"] / "agreement", cpu_bed["model_path"], 1.0)
+    assert [r["step"] for r in report] == list(range(killed_at + 1, steps + 1))
+    for row in report:
+        same = row["float32, the rollout's adapter"]
+        assert same["rollout"].pearson > 0.9999 and same["actor"].pearson > 0.9999, row
 
     # verl's checkpoint -> the adapter (verl's model merger) -> a merged, verified model.
     adapter = export_result(checkpoints, tmp_path / "scratch", summary)

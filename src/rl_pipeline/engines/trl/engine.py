@@ -42,7 +42,8 @@ class TrlEngine(Engine):
               val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
         run = train_trl(with_owners(setup.train.trl, setup.data), setup.reward, train_prompts,
                         val_prompts, setup.base_model, setup.checkpoints_dir,
-                        resume=setup.train.resume)
+                        resume=setup.train.resume,
+                        rollouts_per_step=setup.train.rollouts_logged_per_step)
         run.summary["mlflow_run_id"] = run_id
         return run
 

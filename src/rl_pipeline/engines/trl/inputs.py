@@ -12,7 +12,8 @@ import pandas as pd
 
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import build_reward
-from rl_pipeline.rewards.form import response_facts
+from rl_pipeline.rewards.form import TRUNCATED, response_facts
+from rl_pipeline.training_rollouts import Rollout, last_user_turn, log_table, step_metrics
 
 
 def prompts_dataset(frame: pd.DataFrame) -> Any:
@@ -40,24 +41,47 @@ class TrlReward:
     end-of-sequence or padding token, TRL's own ``mask_truncated_completions`` test) and its
     length go to the reward in ``extra_info`` (:func:`~rl_pipeline.rewards.form.
     response_facts`), as eval and the verl engine give them.
+
+    TRL calls it once per step with all of the step's completions, so it also reports
+    them: the degeneration rates and the reward's parts (its errors and timeouts included)
+    through TRL's ``log_metric`` (logged with the step's metrics, ``train/rollouts/...``), and
+    the first ``rollouts_per_step`` rollouts to the train run's table
+    (:mod:`rl_pipeline.training_rollouts`).
     """
 
     def __init__(self, reward: RewardParams, stop_ids: Sequence[int | None] = (),
-                 max_completion_length: int | None = None) -> None:
+                 max_completion_length: int | None = None, rollouts_per_step: int = 0) -> None:
         self.safe = build_reward(reward)
         self.stop_ids = {i for i in stop_ids if i is not None}
         self.cap = max_completion_length
+        self.rollouts_per_step = rollouts_per_step
         self.__name__ = reward.custom_reward_function.name  # TRL names its metrics after it
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  data_source: Sequence[str], ground_truth: Sequence[str],
                  extra_info: Sequence[str], completion_ids: Sequence[Sequence[int]] = (),
+                 trainer_state: Any = None, log_metric: Any = None,
                  **_: Any) -> list[float]:
         ids = list(completion_ids) or [None] * len(completions)
-        return [self.safe(source, _text(completion), truth,
-                          {**(json.loads(info) or {}), **self._facts(tokens)})
-                for completion, source, truth, info, tokens in zip(
-                    completions, data_source, ground_truth, extra_info, ids, strict=True)]
+        rollouts = []
+        for prompt, completion, source, truth, info, tokens in zip(
+                prompts, completions, data_source, ground_truth, extra_info, ids,
+                strict=True):
+            facts = self._facts(tokens)
+            text = _text(completion)
+            scored = self.safe.score(source, text, truth, {**(json.loads(info) or {}), **facts})
+            rollouts.append(Rollout(last_user_turn(prompt), text, str(truth), scored.reward,
+                                    bool(facts.get(TRUNCATED, False)), scored.parts()))
+        for name, value in step_metrics(rollouts).items():
+            if log_metric is not None:
+                log_metric(name, value)
+        # TRL scores evaluation completions too (do_eval); only training's go in the table.
+        # log_metric is the trainer's own method, so its model says which this is.
+        trainer = getattr(log_metric, "__self__", None)
+        training = getattr(getattr(trainer, "model", None), "training", True)
+        if trainer_state is not None and training:  # the step after the last one done
+            log_table(trainer_state.global_step + 1, rollouts, self.rollouts_per_step)
+        return [r.reward for r in rollouts]
 
     def _facts(self, tokens: Sequence[int] | None) -> dict[str, Any]:
         if tokens is None or self.cap is None:

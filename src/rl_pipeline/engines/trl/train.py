@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import torch
 from transformers import TrainerCallback
+from transformers.integrations import MLflowCallback
 
 from rl_pipeline.engines.base import TrainRun
 from rl_pipeline.engines.trl.callbacks import StepLogger
@@ -25,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame | None, model_path: str, output_dir: str | Path,
-              callbacks: Sequence[TrainerCallback] = (), resume: str = "auto") -> TrainRun:
+              callbacks: Sequence[TrainerCallback] = (), resume: str = "auto",
+              rollouts_per_step: int = 0) -> TrainRun:
     """Train, resuming from the newest checkpoint in ``output_dir`` when there is one; a run
     whose newest checkpoint is its last step is complete and trains no further.
 
@@ -41,6 +43,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         callbacks: Further trainer callbacks.
         resume: ``train.resume``: auto (the newest checkpoint in ``output_dir``), never, or
             a checkpoint folder to resume from.
+        rollouts_per_step: ``train.rollouts_logged_per_step``: rollouts of each step kept
+            in the train run's table (:mod:`rl_pipeline.training_rollouts`).
 
     Returns:
         The run: its summary, the logged history, the checkpoint folder.
@@ -55,8 +59,11 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     if resume == "auto" and last and (done := _completed(Path(last), output_dir, params)):
         return done
     set_seed(params.seed)
+    # report_to mlflow: TRL then times its own phases into the stage's run (profiling/Time
+    # taken: ...: generation, the reward, the loss), as verl logs timing_s/*; transformers'
+    # MLflowCallback, which that also adds, is removed below (StepLogger logs the metrics).
     config = grpo_config(params, str(output_dir), use_cpu=on_cpu, save_strategy="steps",
-                         logging_strategy="steps", disable_tqdm=False)
+                         logging_strategy="steps", disable_tqdm=False, report_to=["mlflow"])
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -64,12 +71,13 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     trainer = trainer_class(params.algorithm_adv_estimator)(
         model=model_path, args=config,
         reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),
-                                params.max_completion_length)],
+                                params.max_completion_length, rollouts_per_step)],
         train_dataset=prompts_dataset(train_prompts),
         eval_dataset=(prompts_dataset(val_prompts) if params.do_eval and val_prompts is not None
                       else None),
         processing_class=tokenizer, peft_config=lora_config(params),
         callbacks=[step_logger, *callbacks])
+    trainer.remove_callback(MLflowCallback)
     resumed_from = 0
     if last:
         resumed_from = int(Path(last).name.split("-")[-1])

@@ -129,7 +129,7 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
 
     def score(row: dict[str, Any], response: str, facts: dict[str, Any]) -> float:
         # The facts come from verl's side: the manager measures the response it is given.
-        data = _one_sample(tokenizer, row, response)
+        data = reward_sample(tokenizer, row, response)
         return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
 
     try:
@@ -206,7 +206,7 @@ def _prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
     return len(chat_prompt_ids(tokenizer, messages))
 
 
-def _one_sample(tokenizer: Any, row: dict[str, Any], response: str) -> Any:
+def reward_sample(tokenizer: Any, row: dict[str, Any], response: str) -> Any:
     """A one-row DataProto laid out as verl's rollout hands it to the reward manager."""
     from verl import DataProto
 

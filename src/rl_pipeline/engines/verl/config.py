@@ -110,11 +110,21 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("trainer_total_epochs", "trainer.total_epochs"),
     Mapping("total_training_steps", "trainer.total_training_steps"),
     Mapping("trainer_max_actor_ckpt_to_keep", "trainer.max_actor_ckpt_to_keep"),
+    Mapping("actor_optim_lr_scheduler_type", f"{_ACTOR}.optim.lr_scheduler_type"),
+    Mapping("actor_optim_lr_warmup_steps_ratio", f"{_ACTOR}.optim.lr_warmup_steps_ratio"),
+    Mapping("actor_optim_weight_decay", f"{_ACTOR}.optim.weight_decay"),
+    Mapping("actor_clip_ratio", f"{_ACTOR}.clip_ratio_low"),
+    Mapping("actor_clip_ratio", f"{_ACTOR}.clip_ratio_high"),
+    Mapping("seed", "data.seed"),
+    Mapping("seed", f"{_ROLLOUT}.seed"),
+    Mapping("seed", f"{_ACTOR}.fsdp_config.seed"),
 )
 # Estimators that verl 0.9.1's v1 trainer cannot run: it calls compute_remax_outcome_advantage
 # without the greedy-rollout reward_baselines that only the legacy trainer (main_ppo_v0,
 # ray_trainer.fit) generates. Those run on the legacy trainer (trainer.use_v1=false).
 LEGACY_TRAINER_ESTIMATORS = ("remax",)
+# Our settings inside verl's config, read by our trainer (engines.verl.trainer): not verl's.
+TRAINER_SETTINGS = "trainer.rl_pipeline"
 # pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
 NOT_VERL_KEYS = ("pypi_packages_override",)
 # The reward entry point verl loads: it runs the `reward` group's function (one source of
@@ -137,6 +147,32 @@ class LaunchInputs:
     ray_address: str | None = None
     shared_root: str | None = None
     resume: str = "auto"  # train.resume: auto, never, or a global_step_N folder
+    rollouts_per_step: int = 0  # train.rollouts_logged_per_step (the trainer's table)
+
+
+def reward_overrides(reward: RewardParams, reward_path: str | None) -> list[str]:
+    """verl's reward settings for the ``reward`` group: our entry point (:data:`REWARD_ENTRY`)
+    with the group's settings as its ``reward_kwargs``, loaded by our reward manager.
+
+    Args:
+        reward: The ``reward`` group.
+        reward_path: The reward file as verl's workers see it (on a cluster, the shipped
+            module), or None for a built-in reward.
+    """
+    from rl_pipeline.engines.verl.reward_manager import OVERRIDES as REWARD_MANAGER_OVERRIDES
+
+    kwargs = "+reward.custom_reward_function.reward_kwargs"
+    return [
+        f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
+        f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
+        f"{kwargs}.reward_path={_hydra_value(reward_path)}",
+        f"{kwargs}.reward_name={_hydra_value(reward.custom_reward_function.name)}",
+        f"{kwargs}.strict={_hydra_value(reward.strict)}",
+        f"{kwargs}.overlong_buffer_len={reward.overlong_buffer_len}",
+        f"{kwargs}.overlong_penalty_factor={reward.overlong_penalty_factor}",
+        f"{kwargs}.timeout_s={_hydra_value(reward.timeout_s)}",
+        *REWARD_MANAGER_OVERRIDES,
+    ]
 
 
 def resume_overrides(resume: str) -> list[str]:
@@ -164,30 +200,20 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
     """
     from rl_pipeline.engines.verl.cluster import RewardTarget, shipped_modules
-    from rl_pipeline.engines.verl.reward_manager import OVERRIDES as REWARD_MANAGER_OVERRIDES
 
     fn = reward.custom_reward_function
     target = RewardTarget(fn.path, fn.name)
     # On a cluster the reward file travels with the job and is imported as a module there.
-    reward_path = target.on_workers if inputs.ray_address else fn.path
     out = [
         f"data.train_files={_hydra_value(inputs.train_files)}",
         f"data.val_files={_hydra_value(inputs.val_files)}",
         f"actor_rollout_ref.model.path={_hydra_value(inputs.model_path)}",
-        f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
-        f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
-        f"+reward.custom_reward_function.reward_kwargs.reward_path={_hydra_value(reward_path)}",
-        f"+reward.custom_reward_function.reward_kwargs.reward_name={_hydra_value(fn.name)}",
-        f"+reward.custom_reward_function.reward_kwargs.strict={_hydra_value(reward.strict)}",
-        f"+reward.custom_reward_function.reward_kwargs.overlong_buffer_len="
-        f"{reward.overlong_buffer_len}",
-        f"+reward.custom_reward_function.reward_kwargs.overlong_penalty_factor="
-        f"{reward.overlong_penalty_factor}",
-        *REWARD_MANAGER_OVERRIDES,
+        *reward_overrides(reward, target.on_workers if inputs.ray_address else fn.path),
         f"trainer.default_local_dir={_hydra_value(inputs.checkpoints_dir)}",
         *resume_overrides(inputs.resume),
         "trainer.logger=[console,mlflow]",
         "trainer.project_name=rl_pipeline",
+        f"+{TRAINER_SETTINGS}.rollouts_logged_per_step={inputs.rollouts_per_step}",
     ]
     if legacy_trainer:
         out.append("trainer.use_v1=false")
@@ -224,14 +250,27 @@ CPU_ENV = {
 }
 
 
-def cpu_overrides(ranks: int) -> list[str]:
+# verl's FSDP mixed-precision names for the rollout dtypes a CPU computes in.
+_FSDP_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def cpu_overrides(ranks: int, dtype: str) -> list[str]:
     """verl on this machine's CPU (train.verl.device=cpu), with ``ranks`` FSDP ranks.
 
     Ray is told of one logical GPU per rank (verl's resource pools always ask for GPUs)
     and enough logical CPUs for verl's worker bundles (3 CPUs each) beside its TaskRunner,
     TransferQueue, agent-loop and reward actors, each cut to one process.
+
+    The actor computes in ``dtype``, the rollout's (``train.verl.rollout_dtype``): verl's
+    FSDP default casts its parameters to bfloat16 whatever the rollout's precision, and a
+    float32 rollout then samples a policy the bfloat16 actor cannot see (a LoRA step's
+    small change is rounded away in bfloat16 sums; docs/gpu.md, "Does the rollout sample
+    the policy being trained?"). Gradients are reduced and buffers kept in float32.
     """
+    param = _FSDP_DTYPE[dtype]
     return [
+        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={{param_dtype:{param},"
+        "reduce_dtype:fp32,buffer_dtype:fp32}",
         "trainer.device=cpu",
         # A Ray of its own, even where RAY_ADDRESS names a cluster (ray.init would join it).
         "+ray_kwargs.ray_init.address=local",

@@ -9,15 +9,17 @@ checkpoint manager on a machine without a GPU:
   process by ``VERL_PLATFORM=cpu`` (``config.CPU_ENV``, set in Ray's runtime_env);
 - :class:`CPUActorRolloutRefWorker`, verl's hybrid worker with a gloo process group created
   before verl would create ``cpu:gloo,cpu:gloo`` (which torch refuses);
-- :class:`CPUPPOTrainerSync` and :class:`CPUTaskRunner`, which put that worker where verl's
-  sync trainer hard-wires its own (``run_ppo(task_runner_class=...)``, the documented hook);
 - an HF-transformers rollout: :class:`HFReplica` (verl's public ``RolloutReplicaRegistry``)
   with one :class:`HFServer` actor per replica, and :class:`HFServerAdapter`, the worker
   side that verl's naive weight sync calls. LoRA travels as on the GPU path: the base
   weights once, then the adapter every step, loaded into a PEFT model, never merged.
 
+The trainer and TaskRunner that put that worker where verl's sync trainer hard-wires its
+own are in :mod:`rl_pipeline.engines.verl.cpu_trainer` (verl's plugin hook imports this
+module inside ``import verl``; that one imports verl's trainer).
+
 Everything here that leans on verl's internals is listed in :data:`VERL_INTERNALS` and
-checked by :func:`check_verl_internals` (tests/engines/test_verl_cpu.py), so that a verl
+checked by :func:`check_verl_internals` (tests/engines/verl/test_cpu.py), so that a verl
 upgrade that moves one fails loudly instead of silently running another code path.
 
 The platform is defined and registered before anything below imports verl's workers:
@@ -29,6 +31,7 @@ from __future__ import annotations
 import os
 import types
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +40,9 @@ from verl.plugin.platform.platform_manager import PlatformRegistry
 
 PLATFORM = "cpu"
 ROLLOUT = "hf"
+# The rollout server's batches: requests that arrive within the window join one batch.
+BATCH_WINDOW_S = 0.02
+MAX_BATCH = 32
 # The worker-side rollout adapter, by the dotted path verl's private registry stores.
 ADAPTER_PATH = f"{__name__}.HFServerAdapter"
 
@@ -160,10 +166,6 @@ class CPUPlatform(PlatformBase):
 
 # verl's worker and trainer modules, imported once the platform can resolve.
 import ray  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from verl.trainer.main_ppo import TaskRunnerV1  # noqa: E402
-from verl.trainer.ppo.utils import Role  # noqa: E402
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.workers.engine_workers import ActorRolloutRefWorker  # noqa: E402
 from verl.workers.rollout import base as rollout_base  # noqa: E402
 from verl.workers.rollout.base import BaseRollout  # noqa: E402
@@ -173,38 +175,52 @@ from verl.workers.rollout.replica import (  # noqa: E402
     TokenOutput,
 )
 
-# What this module takes from verl beyond its documented hooks: (what, why).
+# What this module takes from verl beyond its documented hooks, beside the trainer's
+# (rl_pipeline.engines.verl.trainer.VERL_INTERNALS): (what, why).
 VERL_INTERNALS = (
     ("verl.workers.rollout.base._ROLLOUT_REGISTRY", "the worker looks its rollout adapter up "
      "there and nowhere else (no register function in 0.9.1)"),
-    ("verl.trainer.main_ppo.TaskRunnerV1.run", "copied into CPUTaskRunner.run to build "
-     "CPUPPOTrainerSync instead of the registered 'sync' trainer"),
     ("verl.trainer.ppo.v1.trainer_base.PPOTrainer._init_resource_pool_mgr", "where the sync "
      "trainer hard-wires ActorRolloutRefWorker"),
     ("verl.workers.engine_workers.ActorRolloutRefWorker.update_weights", "calls the rollout "
      "adapter's update_weights(weights, peft_config=, base_sync_done=, global_steps=)"),
+    ("verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_old_log_prob", "the step's old "
+     "log-probabilities are in the TransferQueue when it returns (cpu_rollout.agreement_dir)"),
 )
 
 
 def check_verl_internals() -> list[str]:
-    """What of :data:`VERL_INTERNALS` the installed verl no longer has (empty: all there)."""
+    """What of :data:`VERL_INTERNALS` and the trainer's the installed verl no longer has
+    (empty: all there)."""
     import inspect
 
     from verl.trainer.ppo.v1 import trainer_base
 
-    missing = []
+    from rl_pipeline.engines.verl.trainer import check_trainer_internals
+
+    missing = check_trainer_internals()
     if not isinstance(getattr(rollout_base, "_ROLLOUT_REGISTRY", None), dict):
         missing.append(VERL_INTERNALS[0][0])
-    run_source = inspect.getsource(TaskRunnerV1.__ray_actor_class__.run)
-    if "get_trainer_cls" not in run_source or "init_agent_loop_manager" not in run_source:
-        missing.append(VERL_INTERNALS[1][0])
     pool_source = inspect.getsource(trainer_base.PPOTrainer._init_resource_pool_mgr)
     if "ray.remote(ActorRolloutRefWorker)" not in pool_source:
-        missing.append(VERL_INTERNALS[2][0])
+        missing.append(VERL_INTERNALS[1][0])
     sync_source = inspect.getsource(ActorRolloutRefWorker.update_weights)
     if "peft_config=peft_config, base_sync_done=True" not in sync_source:
+        missing.append(VERL_INTERNALS[2][0])
+    old_source = inspect.getsource(trainer_base.PPOTrainer._compute_old_log_prob)
+    if '"old_log_probs"' not in old_source or "kv_batch_put" not in old_source:
         missing.append(VERL_INTERNALS[3][0])
     return missing
+
+
+def use_every_core() -> None:
+    """Compute with every core of this machine's share, not Ray's one thread.
+
+    Ray sets an actor's OMP_NUM_THREADS to its CPU count (a fraction here, so 1); the
+    sync trainer runs the actor and the rollout server in turn, never together, so each
+    may have the whole machine while it works.
+    """
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
 
 
 def _init_gloo() -> None:
@@ -216,60 +232,61 @@ def _init_gloo() -> None:
 
 
 class CPUActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's hybrid worker (actor, rollout adapter, reference) with a gloo process group."""
+    """verl's hybrid worker (actor, rollout adapter, reference) with a gloo process group.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    The LoRA adapter's random initialisation draws from the engine's seed
+    (``actor.fsdp_config.seed``, ``train.verl.seed``): verl seeds it only under full
+    determinism, which a CPU run does not need for that.
+    """
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         _init_gloo()
-        super().__init__(*args, **kwargs)
+        use_every_core()
+        torch.manual_seed(int(config.actor.fsdp_config.get("seed", 42)))
+        super().__init__(config, *args, **kwargs)
 
 
-class CPUPPOTrainerSync(PPOTrainerSync):
-    """verl's v1 sync trainer with :class:`CPUActorRolloutRefWorker` in its worker roles."""
-
-    def _init_resource_pool_mgr(self) -> None:
-        super()._init_resource_pool_mgr()
-        for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef, Role.RefPolicy):
-            if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(CPUActorRolloutRefWorker)
+# What cpu_rollout.agreement_dir records of each step (rl_pipeline.engines.verl.agreement).
+AGREEMENT_FIELDS = ["prompts", "responses", "response_mask", "rollout_log_probs",
+                    "old_log_probs"]
 
 
-@ray.remote
-class CPUTaskRunner(TaskRunnerV1.__ray_actor_class__):
-    """verl's v1 TaskRunner, building :class:`CPUPPOTrainerSync` (``run`` as in verl 0.9.1)."""
+def save_agreement(folder: str, name: str, record: dict[str, Any]) -> None:
+    """One record of ``cpu_rollout.agreement_dir``: ``step_N`` (a step's batch) or
+    ``adapter_N`` (the adapter the rollout loaded after step N; 0: before training)."""
+    from rl_pipeline.staging import staged
 
-    def run(self, config: DictConfig) -> None:
-        import transfer_queue as tq
-        from verl.utils.logging_utils import configure_verl_logging
-
-        configure_verl_logging()
-        config.transfer_queue.enable = True
-        OmegaConf.resolve(config)
-        self.config = config
-        tq.init(config.transfer_queue)
-        succeeded = False
-        try:
-            self.trainer = CPUPPOTrainerSync(config=config)
-            self.trainer.init()
-            self.init_agent_loop_manager()
-            self.trainer.fit(self.agent_loop_manager)
-            succeeded = True
-        finally:
-            try:
-                tracking = getattr(self.trainer, "logger", None)
-                if tracking is not None:
-                    tracking.finish(exit_code=0 if succeeded else 1)
-            finally:
-                tq.close()
+    with staged(os.path.join(folder, f"{name}.pt")) as path:
+        torch.save(record, path)
 
 
-def _custom(config: Any) -> dict[str, Any]:
+def custom_settings(config: Any) -> dict[str, Any]:
+    """``rollout.custom.cpu_rollout``: the CPU rollout's own settings."""
     custom = getattr(config, "custom", None) or {}
     return dict(custom.get("cpu_rollout", {}) or {})
+
+
+@dataclass
+class _Request:
+    """One ``generate`` call waiting for its batch."""
+
+    prompt_ids: list[int]
+    params: dict[str, Any]
+    future: Any  # asyncio.Future[TokenOutput]
 
 
 class HFServer:
     """One rollout server: a transformers model on this CPU, answering verl's token-in,
     token-out ``generate`` with the log-probabilities verl compares with the actor's.
+
+    verl's agent loop sends every sample of a step as its own request, all at once; the
+    server gathers the requests that arrive together and generates them as one batch (a
+    CPU decodes 8 sequences in little more time than one), then answers each.
+
+    The model computes in the rollout's dtype (``rollout.dtype``), which the CPU mode also
+    gives the actor (``config.cpu_overrides``): the rollout samples the very policy the
+    actor trains, token probabilities equal up to summation order (docs/gpu.md). Sampling
+    draws from ``rollout.seed`` (plus the replica's rank), as vLLM's does.
 
     The base weights come from the model folder, then from the actor (verl's first weight
     sync); with LoRA the adapter arrives every step and is loaded into a PEFT model, as
@@ -279,21 +296,44 @@ class HFServer:
     """
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int) -> None:
-        from transformers import AutoModelForCausalLM
+        from concurrent.futures import ThreadPoolExecutor
+
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig
 
-        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
-        torch.set_num_threads(max(1, int(os.environ.get("RL_PIPELINE_ROLLOUT_THREADS", "1"))))
         self.config = config
         self.replica_rank = replica_rank
-        self.sync_adapter = bool(_custom(config).get("sync_adapter", True))
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_config.local_path, dtype=torch.float32, attn_implementation="sdpa")
-        self.model.eval()
+        self.sync_adapter = bool(custom_settings(config).get("sync_adapter", True))
+        self.max_batch = int(custom_settings(config).get("max_batch", MAX_BATCH))
+        self.dtype = compute_dtype(config.dtype)
         self.global_steps: int | None = None
         self.adapter_steps: list[int | None] = []  # the steps whose adapter was loaded
-        self.lock = None
+        self.pending: list[_Request] = []
+        self.server_task: Any = None
+        # Every tensor operation runs on this one thread. Once a second thread of a
+        # process computes with torch, both compute at about half speed here (OpenMP
+        # thread teams competing for 2 cores: a batch of 8 took 5.3 s instead of 3.2 s).
+        self.torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
+        path = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig).local_path
+        self.torch_thread.submit(self._load_model, path, replica_rank).result()
+
+    def _load_model(self, path: str, replica_rank: int) -> None:
+        from transformers import AutoModelForCausalLM
+
+        use_every_core()
+        torch.manual_seed(int(getattr(self.config, "seed", 0) or 0) + replica_rank)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=self.dtype, attn_implementation="sdpa")
+        self.model.eval()
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        pad = self.model.generation_config.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+
+    async def _on_torch_thread(self, fn: Any, *args: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self.torch_thread, fn, *args)
 
     # verl's lifecycle calls: weights and KV cache stay in host memory here.
     async def wake_up(self, tags: list[str] | None = None) -> None:
@@ -341,10 +381,19 @@ class HFServer:
                            peft_config: dict[str, Any] | None, base_sync_done: bool,
                            global_steps: int | None) -> int:
         """Load what verl's weight sync sent: base weights, or a LoRA adapter."""
+        return await self._on_torch_thread(self._load_weights, tensors, peft_config,
+                                           base_sync_done, global_steps)
+
+    def _load_weights(self, tensors: list[tuple[str, torch.Tensor]],
+                      peft_config: dict[str, Any] | None, base_sync_done: bool,
+                      global_steps: int | None) -> int:
         if peft_config and base_sync_done:
             if self.sync_adapter:
                 self._load_adapter(dict(tensors), peft_config)
                 self.adapter_steps.append(global_steps)
+                if folder := custom_settings(self.config).get("agreement_dir"):
+                    save_agreement(folder, f"adapter_{global_steps}",
+                                   {"tensors": dict(tensors), "peft_config": peft_config})
             return len(tensors)
         base = self._base_model()
         own = base.state_dict()
@@ -374,7 +423,7 @@ class HFServer:
             self.model = get_peft_model(self.model, config)
             self.model.eval()
         result = set_peft_model_state_dict(
-            self.model, {k: v.to(torch.float32) for k, v in tensors.items()})
+            self.model, {k: v.to(self.dtype) for k, v in tensors.items()})
         if result.unexpected_keys:
             raise KeyError(f"adapter tensors the rollout model has no place for: "
                            f"{result.unexpected_keys[:5]}")
@@ -382,52 +431,111 @@ class HFServer:
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any],
                        request_id: str, image_data: Any = None, video_data: Any = None,
                        **kwargs: Any) -> TokenOutput:
-        """verl's token-in, token-out call: sample a response to ``prompt_ids``."""
+        """verl's token-in, token-out call: sample a response to ``prompt_ids``, batched
+        with the requests that arrive with it."""
         import asyncio
 
-        if self.lock is None:
-            self.lock = asyncio.Lock()
-        async with self.lock:  # one generation at a time: the CPU has no room for two
-            return await asyncio.to_thread(self._generate, list(prompt_ids),
-                                           dict(sampling_params))
+        request = _Request(list(prompt_ids), dict(sampling_params),
+                           asyncio.get_running_loop().create_future())
+        self.pending.append(request)
+        if self.server_task is None or self.server_task.done():
+            self.server_task = asyncio.create_task(self._serve())
+        return await request.future
+
+    async def _serve(self) -> None:
+        """Generate the pending requests, a batch at a time, until none is left."""
+        import asyncio
+
+        while self.pending:
+            # verl sends a step's requests together: let the rest of them arrive.
+            await asyncio.sleep(BATCH_WINDOW_S)
+            batch = self._next_batch()
+            try:
+                outputs = await self._on_torch_thread(self._generate, batch)
+            except BaseException as exc:  # each caller gets the error, and it ends here
+                for request in batch:
+                    request.future.set_exception(exc)
+                continue
+            for request, output in zip(batch, outputs, strict=True):
+                request.future.set_result(output)
+
+    def _next_batch(self) -> list[_Request]:
+        """The oldest request and those waiting with the same sampling settings (train and
+        validation requests differ), at most ``max_batch``."""
+        key = _sampling_key(self.pending[0].params)
+        batch = [r for r in self.pending if _sampling_key(r.params) == key][:self.max_batch]
+        taken = {id(r) for r in batch}
+        self.pending = [r for r in self.pending if id(r) not in taken]
+        return batch
 
     @torch.no_grad()
-    def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+    def _generate(self, batch: list[_Request]) -> list[TokenOutput]:
         from transformers import GenerationConfig
 
-        max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
-        if max_tokens is None:
-            max_tokens = min(self.config.response_length,
-                             self.config.prompt_length + self.config.response_length
-                             - len(prompt_ids))
+
+        params = batch[0].params
+        caps = [self._max_tokens(r) for r in batch]
         temperature = float(params.get("temperature", 1.0))
         top_k = int(params.get("top_k", -1))
-        eos = self.model.generation_config.eos_token_id
         generation = GenerationConfig(
-            max_new_tokens=max(1, int(max_tokens)), do_sample=temperature > 0,
+            max_new_tokens=max(caps), do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
             top_p=float(params.get("top_p", 1.0)), top_k=top_k if top_k > 0 else None,
             repetition_penalty=float(params.get("repetition_penalty", 1.0)),
-            eos_token_id=eos, pad_token_id=self.model.generation_config.pad_token_id or
-            (eos[0] if isinstance(eos, list) else eos),
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
             output_logits=True, return_dict_in_generate=True)
-        inputs = torch.tensor([prompt_ids])
-        out = self.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
-                                  generation_config=generation)
-        tokens = out.sequences[0, len(prompt_ids):].tolist()
-        log_probs = None
-        if params.get("logprobs"):
-            # The actor's log-probabilities are of logits / temperature (verl's loss), so the
-            # rollout's are too; vLLM's processed log-probs are the same quantity.
-            logits = torch.stack(out.logits, dim=1)[0].float()
-            if temperature > 0:
-                logits = logits / temperature
-            chosen = torch.tensor(tokens)
-            log_probs = torch.log_softmax(logits, dim=-1)[
-                torch.arange(len(tokens)), chosen].tolist()
-        # vLLM's server reports both an end of sequence and the length cap as "completed".
-        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
-                           extra_fields={"global_steps": self.global_steps})
+        # Left padding: every prompt ends where generation starts.
+        width = max(len(r.prompt_ids) for r in batch)
+        inputs = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(inputs)
+        for row, request in enumerate(batch):
+            inputs[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
+            mask[row, width - len(request.prompt_ids):] = 1
+        with torch.autocast("cpu", dtype=self.dtype, enabled=self.dtype != torch.float32):
+            out = self.model.generate(input_ids=inputs, attention_mask=mask,
+                                      generation_config=generation)
+        # The actor's log-probabilities are of logits / temperature (verl's loss), so the
+        # rollout's are too; vLLM's processed log-probs are the same quantity.
+        logits = torch.stack(out.logits, dim=1).float()
+        if temperature > 0:
+            logits = logits / temperature
+        outputs = []
+        for row, (request, cap) in enumerate(zip(batch, caps, strict=True)):
+            tokens = out.sequences[row, width:].tolist()[:cap]
+            end = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+            tokens = tokens if end is None else tokens[:end + 1]  # vLLM keeps the EOS token
+            log_probs = None
+            if request.params.get("logprobs"):
+                log_probs = torch.log_softmax(logits[row, :len(tokens)], dim=-1)[
+                    torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+            # vLLM's server reports both an end of sequence and the length cap as "completed".
+            outputs.append(TokenOutput(token_ids=tokens, log_probs=log_probs,
+                                       stop_reason="completed",
+                                       extra_fields={"global_steps": self.global_steps}))
+        return outputs
+
+    def _max_tokens(self, request: _Request) -> int:
+        """The request's response cap, as verl's vLLM server computes it."""
+        params = request.params
+        cap = params.get("max_tokens", params.get("max_new_tokens"))
+        if cap is None:
+            cap = min(self.config.response_length, self.config.prompt_length
+                      + self.config.response_length - len(request.prompt_ids))
+        return max(1, int(cap))
+
+
+def _sampling_key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()
+                        if k not in ("max_tokens", "max_new_tokens")))
+
+
+def compute_dtype(name: str) -> torch.dtype:
+    """verl's ``rollout.dtype`` as a torch dtype for this CPU (auto: float32)."""
+    dtypes = {"float32": torch.float32, "fp32": torch.float32, "auto": torch.float32,
+              "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if str(name) not in dtypes:
+        raise ValueError(f"the CPU rollout computes in float32 or bfloat16, not {name!r}")
+    return dtypes[str(name)]
 
 
 class HFReplica(RolloutReplica):

@@ -68,7 +68,7 @@ def train_verl(overrides: list[str], run_id: str | None,
         The run; its history is verl's mean score per step, read back from MLflow.
     """
     import ray
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.main_ppo import run_ppo
 
     config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
     checkpoints = Path(config.trainer.default_local_dir)
@@ -94,11 +94,13 @@ def train_verl(overrides: list[str], run_id: str | None,
     try:
         with watch:
             if config.trainer.device == "cpu":
-                from rl_pipeline.engines.verl.cpu import CPUTaskRunner
+                from rl_pipeline.engines.verl.cpu_trainer import CPUTaskRunner
 
                 run_ppo(config, task_runner_class=CPUTaskRunner)
             elif config.trainer.use_v1:
-                run_ppo(config, task_runner_class=TaskRunnerV1)
+                from rl_pipeline.engines.verl.trainer import PipelineTaskRunner
+
+                run_ppo(config, task_runner_class=PipelineTaskRunner)
             else:  # LEGACY_TRAINER_ESTIMATORS (remax)
                 from verl.trainer.main_ppo_v0 import TaskRunner
 
@@ -183,7 +185,8 @@ class VerlEngine(Engine):
             checkpoints_dir=setup.checkpoints_dir,
             tracking_uri=tracking_uri_for_workers(mlflow.get_tracking_uri()),
             ray_address=params.ray_address or os.environ.get("RAY_ADDRESS") or None,
-            shared_root=params.shared_root, resume=params.resume)
+            shared_root=params.shared_root, resume=params.resume,
+            rollouts_per_step=params.rollouts_logged_per_step)
         plan = plan_verl(params.verl, setup.data, setup.reward, inputs, gpus_visible=gpus,
                          training=training, train_rows=setup.train_rows,
                          contact_cluster=True)

@@ -158,7 +158,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                               legacy_trainer=verl.algorithm_adv_estimator
                               in LEGACY_TRAINER_ESTIMATORS)
     if cpu:
-        launch += cpu_overrides(hardware.gpus_per_node)
+        launch += cpu_overrides(hardware.gpus_per_node, verl.rollout_dtype)
     problems += _check_user_overrides(verl.overrides, launch)
     overrides = hydra_overrides(values, [*launch, *verl.overrides])
     try:

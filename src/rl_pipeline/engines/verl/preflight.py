@@ -185,6 +185,9 @@ def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
     if hardware.tensor_parallel != 1:
         fail("rollout_tensor_model_parallel_size", "1 (or auto) with device: cpu: the "
              "transformers rollout is one process")
+    if verl.rollout_dtype not in ("float32", "bfloat16"):
+        fail("rollout_dtype", "float32 or bfloat16 with device: cpu (the actor computes in "
+             "the rollout's dtype, so that the rollout samples the policy it trains)")
     return problems
 
 

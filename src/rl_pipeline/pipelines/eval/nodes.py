@@ -115,10 +115,8 @@ def summarize_eval(
     correct = follow("eval.correct_reward", params.correct_reward, reward.correct_score)
     per_prompt = {label: per_prompt_scores(frame, params.pass_k, correct)
                   for label, frame in frames.items()}
-    metrics = {label: model_metrics(frame.drop(columns="reward_error"),
-                                    int(frame["reward_error"].sum()), params.pass_k,
-                                    correct, params.bootstrap_resamples,
-                                    params.seed, per_prompt[label])
+    metrics = {label: model_metrics(frame, params.pass_k, correct,
+                                    params.bootstrap_resamples, params.seed, per_prompt[label])
                for label, frame in frames.items()}
     examples = None
     if "trained" in frames:
@@ -135,10 +133,8 @@ def summarize_eval(
     if "trained" in frames and not champion.empty:
         # The promotion gate's reference, on the same prompts (paired).
         scores = per_prompt_scores(champion, params.pass_k, correct)
-        champion_metrics = model_metrics(champion.drop(columns="reward_error"),
-                                         int(champion["reward_error"].sum()), params.pass_k,
-                                         correct, params.bootstrap_resamples, params.seed,
-                                         scores)
+        champion_metrics = model_metrics(champion, params.pass_k, correct,
+                                         params.bootstrap_resamples, params.seed, scores)
         compared = compare_models(scores, per_prompt["trained"], params.bootstrap_resamples,
                                   params.seed)
         for source, comparison in compared.pop("by_data_source").items():

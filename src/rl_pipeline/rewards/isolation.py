@@ -1,0 +1,82 @@
+"""Reward functions in worker processes, with a time limit per sample that holds on any thread.
+
+A reward scores arbitrary model output, and some inputs make a scorer run for minutes
+(math-verify simplifying a monster expression, a regular expression backtracking). The
+trainers call rewards where a signal-based limit cannot work: verl's reward loop on an
+executor thread (``loop.run_in_executor``), a Ray actor, TRL on the main thread, eval. A
+thread cannot be stopped either. So each call runs in a worker process of a pool owned by
+the calling process; a call past its limit has its worker killed (and replaced), and the
+caller gets :class:`RewardTimeout` (verl PRs #5839 and #6673 met the same hang and moved
+math-verify into processes).
+
+The pool is pebble's ``ProcessPool``, which kills a timed-out worker (the standard
+``ProcessPoolExecutor`` can only stop waiting for it). Workers come from a forkserver that
+has imported the built-in scorers once, so starting one (at first use, and after a kill)
+costs a fork, not verl's 5-second import; forking the calling process instead would copy
+a Ray actor's threads and their locks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+# What the forkserver imports before it forks a worker: the built-in scorers and verl's.
+PRELOAD = ["rl_pipeline.rewards.scoring"]
+MAX_WORKERS = 8
+
+
+class RewardTimeout(TimeoutError):
+    """The reward function ran past ``reward.timeout_s`` on one sample."""
+
+
+_pools: dict[int, Any] = {}  # one pool per process (a fork must not reuse its parent's)
+_lock = threading.Lock()
+
+
+def workers() -> int:
+    """How many samples a process scores at once: its cores, at most :data:`MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+def _pool() -> Any:
+    from pebble import ProcessPool
+
+    with _lock:
+        pool = _pools.get(os.getpid())
+        if pool is None or not pool.active:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(PRELOAD)
+            pool = _pools[os.getpid()] = ProcessPool(max_workers=workers(), context=context)
+            atexit.register(_stop, pool)
+        return pool
+
+
+def _stop(pool: Any) -> None:
+    pool.stop()
+    pool.join(timeout=5)
+
+
+def call_with_limit(path: str | None, name: str, args: tuple, timeout_s: float) -> Any:
+    """``load_reward_function(path, name)(*args)`` in a worker process, within ``timeout_s``.
+
+    Raises:
+        RewardTimeout: The call ran past the limit; its worker was killed.
+        Exception: Whatever the reward function raised, as it raised it.
+    """
+    future = _pool().schedule(_call, args=(path, name, args), timeout=timeout_s)
+    try:
+        return future.result()
+    except FutureTimeout:
+        raise RewardTimeout(f"ran past reward.timeout_s={timeout_s:g} s on one sample (its "
+                            "worker process was stopped)") from None
+
+
+def _call(path: str | None, name: str, args: tuple) -> Any:
+    from rl_pipeline.rewards.scoring import load_reward_function_cached
+
+    return load_reward_function_cached(path, name)(*args)

@@ -1,0 +1,159 @@
+"""Every built-in reward scores right where the trainers call it, within its time limit.
+
+verl's reward loop calls the reward on an executor thread (``loop.run_in_executor`` in its
+``NaiveRewardManager``, which ours extends), TRL on its main thread, eval in the stage's
+process. math-verify's own time limits are SIGALRM-based and raise off the main thread, so
+the MATH scorer scored every verl sample 0 until its limit moved into a worker process
+(:mod:`rl_pipeline.rewards.isolation`). A Ray actor is tested with verl's CPU run
+(tests/engines/verl/test_cpu.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rl_pipeline.engines.verl.checks import reward_sample
+from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
+from rl_pipeline.params import RewardParams
+from rl_pipeline.rewards import build_reward, compute_score, math_verify_score
+from rl_pipeline.rewards.scoring import BUILTIN
+from rl_pipeline.training_rollouts import PREFIX
+
+# Each built-in reward: a data source it scores, a right and a wrong response, the truth.
+CASES = {
+    "compute_score": ("math", r"So it is \boxed{\frac{1}{2}}.", r"So it is \boxed{2}.",
+                      r"\frac{1}{2}"),
+    "strict_gsm8k": ("openai/gsm8k", "24 + 48 = 72\n#### 72", "24 + 48 = 70\n#### 70", "72"),
+    "flexible_gsm8k": ("openai/gsm8k", "24 + 48 is 72.", "24 + 48 is 70.", "72"),
+    "math_verify_score": ("math", r"\boxed{0.5}", r"\boxed{\frac{1}{3}}", r"\frac{1}{2}"),
+    "gsm8k_format_credit": ("openai/gsm8k", "24 + 48 = 72\n#### 72", "24 + 48\n#### 70",
+                            "72"),
+}
+HANG = """
+def score(data_source, solution_str, ground_truth, extra_info=None):
+    while "hang" in solution_str:
+        pass
+    return 1.0
+"""
+
+
+def test_the_cases_cover_every_builtin_reward() -> None:
+    assert set(CASES) == set(BUILTIN)
+
+
+def test_the_math_scorer_scores_off_the_main_thread() -> None:
+    """On a thread, as verl's reward loop calls it: 1.0, not a ValueError from SIGALRM."""
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(compute_score, "math", r"\boxed{\frac{1}{2}}",
+                           r"\frac{1}{2}").result() == 1.0
+        assert pool.submit(math_verify_score, "math", r"\boxed{0.5}",
+                           r"\frac{1}{2}").result() == 1.0
+
+
+@pytest.fixture(scope="module")
+def verl_manager(tokenizer, tmp_path_factory):
+    """verl's reward manager for a reward group, built by verl from our overrides."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    def build(reward: RewardParams, path: str | None = None):
+        config = compose_verl_config(["data.max_response_length=64",
+                                      *reward_overrides(reward, path)])
+        return load_reward_manager(config, tokenizer)
+
+    return build
+
+
+def _run_single(manager, tokenizer, source: str, response: str, truth: str) -> dict:
+    row = {"data_source": source, "reward_model": {"ground_truth": truth},
+           "prompt": [{"role": "user", "content": "What is it?"}], "extra_info": {}}
+    return manager.loop.run_until_complete(
+        manager.run_single(reward_sample(tokenizer, row, response)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_builtin_reward_scores_through_verls_reward_manager(name, verl_manager,
+                                                                 tokenizer) -> None:
+    source, right, wrong, truth = CASES[name]
+    manager = verl_manager(RewardParams(custom_reward_function={"name": name}))
+    scored = _run_single(manager, tokenizer, source, right, truth)
+    assert scored["reward_score"] == 1.0, scored
+    assert scored["reward_extra_info"]["reward_error"] == 0.0
+    assert _run_single(manager, tokenizer, source, wrong, truth)["reward_score"] < 1.0
+
+
+@pytest.mark.slow
+def test_a_hung_sample_scores_zero_and_the_next_one_is_scored(verl_manager, tokenizer,
+                                                              tmp_path: Path) -> None:
+    """In verl's reward manager, on its executor thread: the hung sample's worker is killed
+    at the limit, the sample scores 0 counted as a timeout, and scoring goes on."""
+    (tmp_path / "hang.py").write_text(HANG)
+    path = str(tmp_path / "hang.py")
+    manager = verl_manager(RewardParams(timeout_s=1.0, custom_reward_function={
+        "path": path, "name": "score"}), path)
+    started = time.perf_counter()
+    hung = _run_single(manager, tokenizer, "mine", "hang", "1")
+    assert time.perf_counter() - started < 30
+    assert hung["reward_score"] == 0.0
+    assert hung["reward_extra_info"]["reward_timeout"] == 1.0
+    assert hung["reward_extra_info"]["reward_error"] == 0.0
+    fine = _run_single(manager, tokenizer, "mine", "fine", "1")
+    assert fine["reward_score"] == 1.0 and fine["reward_extra_info"]["reward_timeout"] == 0.0
+
+
+def test_trls_reward_function_reports_timeouts_and_degeneration(tmp_path: Path) -> None:
+    """TRL's call: one batch per step, with its log_metric; a hung completion scores 0 and
+    is counted, a repetitive one counted as such."""
+    from rl_pipeline.engines.trl.inputs import TrlReward
+
+    (tmp_path / "hang.py").write_text(HANG)
+    reward = TrlReward(RewardParams(timeout_s=1.0, custom_reward_function={
+        "path": str(tmp_path / "hang.py"), "name": "score"}), stop_ids=[0],
+        max_completion_length=8)
+    logged: dict[str, float] = {}
+    prompts = [[{"role": "user", "content": "What is 1 + 1?"}]] * 3
+    scores = reward(prompts, ["2", "hang", "#### 2\n#### 2\n#### 2\n#### 2"],
+                    ["s"] * 3, ["2"] * 3, ["{}"] * 3,
+                    completion_ids=[[5, 0], [5, 6, 7, 8, 9, 10, 11, 12], [5, 0]],
+                    log_metric=lambda name, value: logged.__setitem__(name, value))
+    assert scores == [1.0, 0.0, 1.0]
+    assert logged[PREFIX + "reward_timeout/mean"] == pytest.approx(1 / 3)
+    assert logged[PREFIX + "truncation_rate"] == pytest.approx(1 / 3)  # the 8-token one
+    assert logged[PREFIX + "repetition_rate"] == pytest.approx(1 / 3)
+    assert reward.safe.timeouts == 1
+
+
+def test_eval_counts_timeouts_apart_from_errors(tmp_path: Path) -> None:
+    boom_source = "\ndef boom(*args, **kwargs):\n    raise KeyError(1)\n"
+    (tmp_path / "hang.py").write_text(HANG + boom_source)
+    hang = build_reward(RewardParams(timeout_s=1.0, custom_reward_function={
+        "path": str(tmp_path / "hang.py"), "name": "score"}))
+    scored = hang.score("s", "hang", "1")
+    assert (scored.reward, scored.timed_out, scored.parts()["reward_timeout"]) == (0.0, True, 1.0)
+    boom = build_reward(RewardParams(custom_reward_function={
+        "path": str(tmp_path / "hang.py"), "name": "boom"}))
+    failed = boom.score("s", "x", "1")
+    assert failed.parts()["reward_error"] == 1.0 and not failed.timed_out
+    assert "KeyError" in failed.error
+    with pytest.raises(KeyError):
+        build_reward(RewardParams(strict=True, custom_reward_function={
+            "path": str(tmp_path / "hang.py"), "name": "boom"}))("s", "x", "1")
+
+
+def test_the_reward_loop_pattern_runs_many_samples_at_once() -> None:
+    """verl's reward loop scores a step's samples concurrently (run_in_executor): every one
+    gets its own answer back."""
+    reward = build_reward(RewardParams())
+
+    async def all_of_them():
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(*[
+            loop.run_in_executor(None, reward, "math", rf"\boxed{{{i}}}", str(i % 3))
+            for i in range(12)])
+
+    assert asyncio.run(all_of_them()) == [1.0 if i == i % 3 else 0.0 for i in range(12)]
