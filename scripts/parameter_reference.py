@@ -132,6 +132,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("lora_alpha", "actor_model_lora_alpha"),
     Equivalent("lora_target_modules", "actor_model_target_modules",
                note="Both become peft's target_modules."),
+    Equivalent("lora_dropout", "actor_model_lora_dropout",
+               note="verl's FSDP engine has no dropout setting: above 0 the verl run starts "
+               "from an initial adapter with it (verl's lora_adapter_path). Defaults differ: "
+               "0.05 (ours, trl) and 0 (verl's behaviour)."),
     # GRPO algorithm
     Equivalent("algorithm_adv_estimator", "algorithm_adv_estimator",
                note="The trl engine implements grpo and reinforce_plus_plus only."),
@@ -423,6 +427,8 @@ def _verl_side(eq: Equivalent) -> str:
     if eq.verl in CATALOG_INPUTS:
         return f"= `{eq.verl}`"
     home = "train.verl" if eq.verl in VerlParams.model_fields else "data"
+    if eq.verl not in _verl_mappings():  # ours, set through another verl route (its note)
+        return f"= `{home}.{eq.verl}`"
     return f"= `{home}.{eq.verl}` (`{_verl_mappings()[eq.verl].key}`)"
 
 

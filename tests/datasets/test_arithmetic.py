@@ -33,3 +33,20 @@ def test_the_dataset_loads_numbered_records_and_refuses_too_many() -> None:
         AdditionDataset(split="val", rows=5).load()
     with pytest.raises(DatasetError, match="read-only"):
         AdditionDataset(split="train", rows=5).save(records)
+
+
+def test_boxed_answers_are_read_by_the_math_scorer() -> None:
+    """MATH's form for the MATH-style run: the same pairs, the sum in ``\\boxed{}``, which
+    the MATH data sources' scorer (math-verify) accepts and a wrong sum does not pass."""
+    from rl_pipeline.rewards.scoring import compute_score
+
+    boxed = addition_records("train", 20, seed=0, answer_format="boxed")
+    plain = addition_records("train", 20, seed=0)
+    assert [r["question"] for r in boxed] == [r["question"] for r in plain]
+    record = boxed[0]
+    total = record["answer"].split("=")[1].strip().removeprefix("\\boxed{").rstrip("}")
+    assert record["answer"].endswith(f"\\boxed{{{total}}}")
+    assert compute_score("math", record["answer"], total) == 1.0
+    assert compute_score("math", record["answer"], str(int(total) + 1)) == 0.0
+    with pytest.raises(ValueError, match="answer_format='latex': expected one of gsm8k, boxed"):
+        addition_records("train", 5, answer_format="latex")

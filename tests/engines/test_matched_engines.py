@@ -93,11 +93,14 @@ def test_both_engines_train_the_same_adapter_in_float32(engines) -> None:
     assert model.enable_gradient_checkpointing is True
 
 
-def test_the_one_known_difference_is_lora_dropout(engines) -> None:
-    """verl's FSDP engine builds its LoraConfig without dropout (no setting for it); TRL's
-    LoRA keeps the project's 0.05."""
+def test_both_engines_drop_out_the_same_adapter(engines, tmp_path) -> None:
+    """verl's FSDP engine builds its LoraConfig without dropout (no setting for it): conf/cpu's
+    verl run starts from an adapter with TRL's dropout (rl_pipeline.engines.verl.lora)."""
     _, _, lora, _ = engines
     source = Path(__import__("verl.workers.engine.fsdp.transformer_impl",
                              fromlist=["x"]).__file__).read_text()
     assert "lora_dropout" not in source
-    assert lora.lora_dropout == 0.05
+    loader = OmegaConfigLoader(str(PROJECT_ROOT / "conf"), env="cpu", **CONFIG_LOADER_ARGS)
+    verl = TrainParams.model_validate(OmegaConf.to_container(OmegaConf.create(
+        loader["parameters"]["train"]))).verl
+    assert lora.lora_dropout == verl.actor_model_lora_dropout == 0.05

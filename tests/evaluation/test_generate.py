@@ -116,3 +116,13 @@ def test_the_peak_sampler_catches_memory_freed_before_the_block_ends() -> None:
     with PeakSampler(None) as idle:
         pass
     assert idle.peak == 0.0
+
+
+@pytest.mark.parametrize(("top_k", "most"), [(-1, 400), (5, 5)])
+def test_top_k_off_samples_the_whole_vocabulary(generator, top_k: int, most: int) -> None:
+    """-1 is no top-k. (Passed to transformers as None, generate's default of 50 applied.)"""
+    settings = SamplingSettings(max_new_tokens=1, min_new_tokens=1, n_samples=400,
+                                temperature=20.0, top_p=1.0, top_k=top_k)
+    distinct = {g.text for g in generator.generate(_conversations(1), settings)}
+    assert len(distinct) <= most
+    assert len(distinct) > (50 if top_k < 0 else 1)

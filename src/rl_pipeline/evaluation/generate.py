@@ -27,6 +27,15 @@ logger = logging.getLogger(__name__)
 Conversation = list[dict[str, Any]]
 
 
+def transformers_top_k(top_k: int) -> int:
+    """A top-k in vLLM's convention (-1: off) as transformers' ``generate`` takes it.
+
+    0 turns top-k off there; None does not: ``generate`` fills an unset top_k with its
+    global default, 50, so a sampler asked for the whole vocabulary would keep 50 tokens.
+    """
+    return max(top_k, 0)
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How to sample; ``greedy`` overrides the others (one sample, argmax)."""
@@ -203,7 +212,7 @@ class HFGenerator:
             do_sample=not settings.greedy,
             temperature=None if settings.greedy else settings.temperature,
             top_p=None if settings.greedy else settings.top_p,
-            top_k=None if settings.greedy or settings.top_k < 0 else settings.top_k,
+            top_k=None if settings.greedy else transformers_top_k(settings.top_k),
             num_return_sequences=settings.samples,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.eos_ids),

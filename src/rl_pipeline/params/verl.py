@@ -99,6 +99,11 @@ class VerlParams(ParamGroup):
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
     total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
     # Ours, not the specs'.
+    actor_model_lora_dropout: float = Field(
+        0.0, ge=0, lt=1, description="LoRA dropout (peft's lora_dropout). verl's FSDP engine "
+        "has no setting for it; above 0 the run starts from a freshly initialised adapter "
+        "with this dropout, which verl loads through its actor_rollout_ref.model."
+        "lora_adapter_path (rl_pipeline.engines.verl.lora). Needs actor_model_lora_rank > 0.")
     actor_optim_lr_scheduler_type: Literal["constant", "cosine"] = Field(
         "constant", description="Learning-rate schedule after the warm-up (verl's FSDP engine "
         "has these two; cosine decays to 0 at the last step).")

@@ -27,7 +27,8 @@ CPU_VERL = {"device": "cpu", "ENGINE": "hf", "trainer_n_gpus_per_node": "auto",
             "rollout_log_prob_micro_batch_size_per_gpu": 4,
             "ref_log_prob_micro_batch_size_per_gpu": 4, "actor_model_lora_rank": 8,
             "rollout_dtype": "float32",
-            "actor_model_lora_alpha": 16, "trainer_save_freq": 1, "trainer_test_freq": -1,
+            "actor_model_lora_alpha": 16, "actor_model_lora_dropout": 0.05,
+            "trainer_save_freq": 1, "trainer_test_freq": -1,
             "trainer_val_before_train": False}
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
+import yaml
 
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.agreement import agreement_report
@@ -45,6 +46,10 @@ LENGTH_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=
                  "    return min(len(solution_str), 200) / 200\n")
 # Large enough that one step moves a 100k-parameter model's LoRA measurably.
 LEARNING_RATE = 0.1
+# The rollout-policy check as conf/cpu sets it: a synced run must pass it, a sabotaged fail.
+CPU_THRESHOLDS = {k: v for k, v in yaml.safe_load(
+    (PROJECT_ROOT / "conf/cpu/parameters.yml").read_text())["train"]["verl"].items()
+    if k in ("rollout_max_probs_diff", "rollout_min_probs_pearson")}
 
 
 def test_the_verl_internals_the_cpu_mode_leans_on_are_where_it_expects() -> None:
@@ -151,7 +156,7 @@ def _job(bed: dict, name: str, checkpoints: Path, **verl) -> tuple[Path, str]:
         **{k: bed[k] for k in ("tracking_uri", "model_path", "train_files", "val_files",
                                "reward")},
         "checkpoints": str(checkpoints), "run_id": run_id,
-        "verl": {"actor_optim_lr": LEARNING_RATE, **verl}}))
+        "verl": {"actor_optim_lr": LEARNING_RATE, **CPU_THRESHOLDS, **verl}}))
     return job, run_id
 
 
@@ -220,6 +225,9 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     per_step = Counter(r["step"] for r in rows)  # train.rollouts_logged_per_step of each
     assert per_step == {s: 4 for s in range(killed_at + 1, steps + 1)}
+    # A prompt's group together (rollout_n is 4), as TRL's table has them.
+    assert all(len({r["prompt"] for r in rows if r["step"] == s}) == 1 for s in per_step)
+    assert "score" not in table["columns"]  # the reward is the "reward" column
     assert {"prompt", "response", "reward", "reward_function", "reward_error",
             "reward_timeout", "truncated", "repetitive"} <= set(table["columns"])
     for key in ("rollouts/truncation_rate", "rollouts/repetition_rate",

@@ -200,6 +200,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         legacy_trainer: Launch verl's legacy trainer (:data:`LEGACY_TRAINER_ESTIMATORS`).
     """
     from rl_pipeline.engines.verl.cluster import RewardTarget, shipped_modules
+    from rl_pipeline.engines.verl.lora import initial_adapter_dir
 
     fn = reward.custom_reward_function
     target = RewardTarget(fn.path, fn.name)
@@ -215,6 +216,11 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         "trainer.project_name=rl_pipeline",
         f"+{TRAINER_SETTINGS}.rollouts_logged_per_step={inputs.rollouts_per_step}",
     ]
+    if values.get("actor_model_lora_dropout") and values.get("actor_model_lora_rank"):
+        # verl's engine has no dropout setting, but starts from an adapter's config.
+        adapter = initial_adapter_dir(inputs.checkpoints_dir)
+        out += [f"actor_rollout_ref.model.lora_adapter_path={_hydra_value(str(adapter))}",
+                f"+{TRAINER_SETTINGS}.lora_dropout={values['actor_model_lora_dropout']}"]
     if legacy_trainer:
         out.append("trainer.use_v1=false")
     if critic:

@@ -280,8 +280,8 @@ class HFServer:
     token-out ``generate`` with the log-probabilities verl compares with the actor's.
 
     verl's agent loop sends every sample of a step as its own request, all at once; the
-    server gathers the requests that arrive together and generates them as one batch (a
-    CPU decodes 8 sequences in little more time than one), then answers each.
+    server gathers the requests that arrive together and generates them as one batch, then
+    answers each (SmolLM2's 8 samples of a step: 3-4 s as one batch, 12 s one by one).
 
     The model computes in the rollout's dtype (``rollout.dtype``), which the CPU mode also
     gives the actor (``config.cpu_overrides``): the rollout samples the very policy the
@@ -305,6 +305,11 @@ class HFServer:
         self.replica_rank = replica_rank
         self.sync_adapter = bool(custom_settings(config).get("sync_adapter", True))
         self.max_batch = int(custom_settings(config).get("max_batch", MAX_BATCH))
+        # A diagnostic: sample with the adapter's dropout on, as TRL's GRPOTrainer does (its
+        # model stays in training mode while it generates). The rollout then samples another
+        # policy than the actor's, which the rollout-policy check reports.
+        self.sample_with_dropout = bool(custom_settings(config).get("sample_with_dropout",
+                                                                    False))
         self.dtype = compute_dtype(config.dtype)
         self.global_steps: int | None = None
         self.adapter_steps: list[int | None] = []  # the steps whose adapter was loaded
@@ -421,7 +426,7 @@ class HFServer:
                                if k in known and k not in ("peft_type", "task_type")})
         if not isinstance(self.model, PeftModel):
             self.model = get_peft_model(self.model, config)
-            self.model.eval()
+            self.model.train(self.sample_with_dropout)
         result = set_peft_model_state_dict(
             self.model, {k: v.to(self.dtype) for k, v in tensors.items()})
         if result.unexpected_keys:
@@ -470,20 +475,10 @@ class HFServer:
 
     @torch.no_grad()
     def _generate(self, batch: list[_Request]) -> list[TokenOutput]:
-        from transformers import GenerationConfig
-
-
         params = batch[0].params
         caps = [self._max_tokens(r) for r in batch]
         temperature = float(params.get("temperature", 1.0))
-        top_k = int(params.get("top_k", -1))
-        generation = GenerationConfig(
-            max_new_tokens=max(caps), do_sample=temperature > 0,
-            temperature=temperature if temperature > 0 else None,
-            top_p=float(params.get("top_p", 1.0)), top_k=top_k if top_k > 0 else None,
-            repetition_penalty=float(params.get("repetition_penalty", 1.0)),
-            eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
-            output_logits=True, return_dict_in_generate=True)
+        generation = sampling_config(params, max(caps), sorted(self.eos_ids), self.pad_id)
         # Left padding: every prompt ends where generation starts.
         width = max(len(r.prompt_ids) for r in batch)
         inputs = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
@@ -522,6 +517,25 @@ class HFServer:
             cap = min(self.config.response_length, self.config.prompt_length
                       + self.config.response_length - len(request.prompt_ids))
         return max(1, int(cap))
+
+
+def sampling_config(params: dict[str, Any], max_new_tokens: int, eos_ids: list[int],
+                    pad_id: int) -> Any:
+    """transformers' ``GenerationConfig`` for verl's sampling parameters (vLLM's names and
+    conventions: top_k -1 is off, temperature 0 is greedy), with the raw logits returned."""
+    from transformers import GenerationConfig
+
+    from rl_pipeline.evaluation.generate import transformers_top_k
+
+    temperature = float(params.get("temperature", 1.0))
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+        temperature=temperature if temperature > 0 else None,
+        top_p=float(params.get("top_p", 1.0)),
+        top_k=transformers_top_k(int(params.get("top_k", -1))),
+        repetition_penalty=float(params.get("repetition_penalty", 1.0)),
+        eos_token_id=eos_ids, pad_token_id=pad_id,
+        output_logits=True, return_dict_in_generate=True)
 
 
 def _sampling_key(params: dict[str, Any]) -> tuple:

@@ -88,6 +88,7 @@ def train_verl(overrides: list[str], run_id: str | None,
                                  "already_complete": True}, history=[], checkpoints=checkpoints)
     if resumed_from:
         logger.info("Resuming from step %d in %s", resumed_from, checkpoints)
+    _write_initial_adapter(config)
     started = time.perf_counter()
     own_ray = not ray.is_initialized()  # run_ppo starts a local Ray unless one is running
     watch = PlacementWatch(placement_timeout_s)
@@ -138,6 +139,22 @@ def train_verl(overrides: list[str], run_id: str | None,
         summary["rollout_policy"] = check_rollout_policy(
             read_agreement(run_id), max_probs_diff, min_probs_pearson, str(checkpoints))
     return TrainRun(summary=summary, history=history, checkpoints=checkpoints)
+
+
+def _write_initial_adapter(config: Any) -> None:
+    """The adapter verl starts from when ``train.verl.actor_model_lora_dropout`` is set
+    (:mod:`rl_pipeline.engines.verl.lora`): written before verl's workers read it."""
+    from rl_pipeline.engines.verl.config import TRAINER_SETTINGS
+    from rl_pipeline.engines.verl.lora import write_initial_adapter
+
+    dropout = (OmegaConf.select(config, TRAINER_SETTINGS) or {}).get("lora_dropout")
+    if not dropout:
+        return
+    model = config.actor_rollout_ref.model
+    write_initial_adapter(Path(model.lora_adapter_path), model.path, model.lora_rank,
+                          model.lora_alpha, dropout, model.target_modules,
+                          model.get("exclude_modules"),
+                          config.actor_rollout_ref.actor.fsdp_config.seed)
 
 
 def check_step_count(checkpoints: Path, planned: int, resumed_from: int) -> None:

@@ -127,6 +127,9 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
             verl.actor_model_lora_rank > VLLM_LORA_RANKS[-1]):
         fail("actor_model_lora_rank", f"0 (no LoRA) or at most {VLLM_LORA_RANKS[-1]}, the "
              f"largest LoRA rank vLLM accepts ({', '.join(map(str, VLLM_LORA_RANKS))})")
+    if verl.actor_model_lora_dropout and not verl.actor_model_lora_rank:
+        fail("actor_model_lora_dropout", "0 without LoRA (actor_model_lora_rank 0 trains all "
+             "weights: there is no adapter to drop out)")
     if not verl.rollout_do_sample:
         # verl 0.9.1's vLLM rollout builds its sampling parameters from rollout_temperature,
         # top_p and top_k alone (experimental/agent_loop/agent_loop.py); do_sample is read

@@ -94,11 +94,14 @@ class PipelinePPOTrainerSync(PPOTrainerSync):
         stop = {i for i in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
                 if i is not None}
         padding = [tag.get("is_padding", False) for tag in batch.tags]
+        rows = list(zip(_values(data["raw_prompt"]), data["responses"].unbind(),
+                        data["response_mask"].unbind(), data["rm_scores"].unbind(),
+                        _values(data["reward_model"]), _values(data["extra_fields"]),
+                        strict=True))
         rollouts = []
-        for i, (prompt, response, mask, scores, truth, extra) in enumerate(zip(
-                _values(data["raw_prompt"]), data["responses"].unbind(),
-                data["response_mask"].unbind(), data["rm_scores"].unbind(),
-                _values(data["reward_model"]), _values(data["extra_fields"]), strict=True)):
+        # A prompt's samples together, as TRL orders them: the keys are uid_session_index.
+        for i in sorted(range(len(rows)), key=lambda i: batch.keys[i]):
+            prompt, response, mask, scores, truth, extra = rows[i]
             if padding[i]:
                 continue
             tokens = response[mask.bool()].tolist()
@@ -109,8 +112,9 @@ class PipelinePPOTrainerSync(PPOTrainerSync):
                 ground_truth=str((truth or {}).get("ground_truth", "")),
                 reward=float(scores.sum()),
                 truncated=len(tokens) >= cap and bool(tokens) and tokens[-1] not in stop,
-                parts={k: float(v) for k, v in info.items()
-                       if isinstance(v, int | float) and not isinstance(v, bool)}))
+                # verl keeps the whole dict our reward returned: its "score" is the reward.
+                parts={k: float(v) for k, v in info.items() if k != "score"
+                       and isinstance(v, int | float) and not isinstance(v, bool)}))
         return rollouts
 
 
