@@ -44,7 +44,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit benchmarks bench-cpu-run bench-verl-math lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light benchmarks bench-cpu-run bench-verl-math lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -123,15 +123,25 @@ FREEZE ?=
 wheelhouse: lock-check
 	$(BIN)/python scripts/wheelhouse.py --lock requirements/gpu.lock --python-version 3.12 \
 		--platform $(WHEELHOUSE_PLATFORM) $(if $(FREEZE),--exclude-freeze $(FREEZE)) \
-		--part-size 60M --out $(WHEELHOUSE)
+		--part-size 55M --out $(WHEELHOUSE)
 
-# The offline kit for a known GPU image (docs/gpu.md, 'An offline kit'): the wheels it lacks,
-# SmolLM2 and this project at HEAD, every file at most 60 MiB, and run_smoke.sh, which installs
-# them and runs conf/smoke end to end. FREEZE defaults to the lent H100 machines' image.
+# The offline kit for a known GPU image (docs/gpu.md, 'An offline kit'): the wheels it lacks
+# and SmolLM2's GGUF, in parts of at most 55 MiB (each fits one 64 MiB upload beside the
+# repository); on the box `bash scripts/run_smoke.sh KIT` installs them beside the image's own
+# packages and runs conf/smoke stage by stage. FREEZE defaults to the lent H100 machines' image.
 GPU_KIT ?= $(HOME)/.cache/rl_pipeline/gpu-kit
 gpu-kit: lock-check model
 	$(BIN)/python scripts/gpu_kit.py --freeze $(or $(FREEZE),requirements/images/lent-h100.freeze) \
 		--platform $(WHEELHOUSE_PLATFORM) --out $(GPU_KIT)
+
+# GPU first light (docs/gpu.md, 'First light'): into .gpu/, what the GPU image lacks for verl,
+# TRL and kedro without vLLM, installed, stripped and xz-packed for one upload beside the
+# repository (a: the packages; b, c: SmolLM2's GGUF in two parts). It prints each upload's
+# size with the repository and fails above 64 MiB. IMAGE: the image's pip freeze.
+gpu-first-light: lock-check model
+	$(BIN)/python scripts/first_light_bundle.py \
+		--image $(or $(IMAGE),requirements/images/lent-h100.freeze) --out .gpu \
+		--model data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -1,6 +1,6 @@
 """Why did verl's rollout disagree with its actor? The recorded steps, scored again.
 
-Run the training with ``+actor_rollout_ref.rollout.custom.cpu_rollout.agreement_dir=DIR``
+Run the training with ``+actor_rollout_ref.rollout.custom.hf_rollout.agreement_dir=DIR``
 in ``train.verl.overrides`` (the CPU mode), then::
 
     python scripts/rollout_agreement.py DIR MODEL_FOLDER --temperature 0.6
@@ -26,7 +26,7 @@ def _cell(a: Agreement) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", help="the run's cpu_rollout.agreement_dir")
+    parser.add_argument("folder", help="the run's hf_rollout.agreement_dir")
     parser.add_argument("model", help="the base model folder the run trained")
     parser.add_argument("--temperature", type=float, required=True,
                         help="train.verl.rollout_temperature")

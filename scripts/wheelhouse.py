@@ -1,10 +1,12 @@
 """Build a wheelhouse of the locked GPU stack, for a GPU machine with no network.
 
     python scripts/wheelhouse.py --lock requirements/gpu.lock --python-version 3.12 \\
-        --platform manylinux_2_35_x86_64 --exclude-freeze FREEZE.txt --part-size 60M --out DIR
+        --platform manylinux_2_35_x86_64 --exclude-freeze FREEZE.txt --part-size 55M --out DIR
 
 For every requirement of the lock, except those the target already has at the same version
-(FREEZE.txt: `python3 -m pip list --format=freeze` run there; `pip freeze` works too), it
+(FREEZE.txt: `python3 -m pip list --format=freeze` run there; `pip freeze` works too; a line
+with a name alone means "present at a version not known here" and counts as present, except
+for EXACT_VERSION's packages, which are carried unless the target's version is the lock's), it
 downloads the wheel for the target Python and platform (`pip download --no-deps
 --only-binary=:all:`; the lock is complete, so no dependency is resolved here).
 A requirement published as a source distribution only (antlr4-python3-runtime 4.9.3) is
@@ -22,7 +24,8 @@ DIR receives:
                                          each part's size and sha256
     SHA256SUMS                           the parts', for `sha256sum -c`
     install_wheelhouse.sh                the installer (scripts/install_wheelhouse.sh)
-Copy DIR to the target and run `bash DIR/install_wheelhouse.sh DIR` there.
+Copy DIR to the target and run `bash DIR/install_wheelhouse.sh DIR` there (with TARGET=FOLDER,
+into FOLDER for PYTHONPATH, leaving the target's environment as it is).
 Downloads are kept in DIR/.wheels until the tar is written (so a failed run resumes).
 """
 
@@ -50,6 +53,14 @@ from gpu_lock import normalize, parse_lock  # noqa: E402
 
 BIG_WHEEL = 50 * 10**6
 PART_PREFIX = "wheelhouse.tar.part-"
+# The part size: an upload to an offline box carries at most 64 MiB, the repository's working
+# tree (about 7 MiB) included, so a part of 55 MiB leaves room for the tree.
+DEFAULT_PART_SIZE = "55M"
+# A freeze line with a name alone: present on the target at a version not known here.
+ANY_VERSION = "*"
+# Carried unless the target has the lock's version: verl needs transformers < 5.11 (the lent
+# image has 5.17), and tokenizers goes with transformers.
+EXACT_VERSION = frozenset({"transformers", "tokenizers"})
 INSTALLER = Path(__file__).resolve().parent / "install_wheelhouse.sh"
 
 
@@ -96,11 +107,16 @@ def read_freeze(path: Path) -> dict[str, str]:
     """`pip freeze` (or `pip list --format=freeze`) output -> {normalised name: version}.
 
     `name @ file:///.../name-1.0-py3-none-any.whl` (installed from a file) gives the wheel's
-    version; a `name @ URL` line of another kind gives "" (version unknown)."""
+    version; a `name @ URL` line of another kind gives "" (a direct-URL install); a name alone
+    (the package is there, its version is not known) gives ANY_VERSION."""
     found: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", "-")):
+            continue
+        alone = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:#.*)?", line)
+        if alone:
+            found[normalize(alone.group(1))] = ANY_VERSION
             continue
         m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*([^\s#;]+)|@\s*(\S+))", line)
         if not m:
@@ -116,13 +132,24 @@ def read_freeze(path: Path) -> dict[str, str]:
     return found
 
 
-def split_by_target(pins: dict[str, str], freeze: dict[str, str]):
-    """(to fetch, on the target already, notes)."""
+def split_by_target(pins: dict[str, str], freeze: dict[str, str],
+                    exact: frozenset[str] = EXACT_VERSION):
+    """(to fetch, on the target already, notes). A package the freeze names without a version
+    counts as present, except those in ``exact``, which are carried unless the target's
+    version is known to be the lock's."""
     fetch, present, notes = {}, {}, []
     for name, version in sorted(pins.items()):
         have = freeze.get(name)
         if have is None:
             fetch[name] = version
+        elif have == ANY_VERSION and name in exact:
+            fetch[name] = version
+            notes.append(f"{name}: the target has it at a version not known here; the "
+                         f"wheelhouse brings the lock's {version}")
+        elif have == ANY_VERSION:
+            present[name] = have
+            notes.append(f"{name}: left to the target (there at a version not known here; "
+                         f"the lock has {version})")
         elif have and same_version(have, version):
             present[name] = have
         elif have and "+" in have and "+" not in version and same_version(
@@ -295,10 +322,10 @@ def pack(out: Path, files: list[tuple[Path, str]], part_size: int,
     writer = SplitWriter(out, part_size, prefix)
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path, arcname in files:
-            info = tar.gettarinfo(str(path), arcname)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
-            info.mode = 0o644
-            with open(path, "rb") as f:
+            with open(path, "rb") as f:  # the file itself, where `path` is a symlink
+                info = tar.gettarinfo(arcname=arcname, fileobj=f)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+                info.mode = 0o644
                 tar.addfile(info, f)
     writer.close()
     return writer
@@ -317,9 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="e.g. manylinux_2_35_x86_64 (the target's glibc, 2.35, or newer)")
     parser.add_argument("--exclude-freeze", type=Path,
                         help="the target's `pip list --format=freeze` (or `pip freeze`): what "
-                             "it has at the locked version is left out")
-    parser.add_argument("--part-size", type=parse_size, default=parse_size("60M"),
-                        help="largest part of the split tar (default 60M = 60 MiB)")
+                             "it has at the locked version, or names without a version, is "
+                             "left out (transformers and tokenizers only at the lock's version)")
+    parser.add_argument("--part-size", type=parse_size, default=parse_size(DEFAULT_PART_SIZE),
+                        help=f"largest part of the split tar (default {DEFAULT_PART_SIZE}iB: "
+                             "an upload of 64 MiB with the working tree beside it)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=8, help="parallel downloads (default 8)")
     parser.add_argument("--keep-wheels", action="store_true",

@@ -177,6 +177,22 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
     return path
 
 
+def load_script(name: str) -> Any:
+    """A module of scripts/ (not a package), imported by path; scripts/ goes on sys.path so
+    that the scripts' own imports of each other resolve."""
+    import importlib.util
+    import sys
+
+    folder = PROJECT_ROOT / "scripts"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE tokenizer (vocab 400) with a ChatML template, saved as a model folder.

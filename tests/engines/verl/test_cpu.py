@@ -54,14 +54,15 @@ CPU_THRESHOLDS = {k: v for k, v in yaml.safe_load(
 
 def test_the_verl_internals_the_cpu_mode_leans_on_are_where_it_expects() -> None:
     from rl_pipeline.engines.verl import cpu as verl_cpu
+    from rl_pipeline.engines.verl import hf_rollout
 
     assert verl_cpu.check_verl_internals() == []
     assert CPU_MODULE == verl_cpu.__name__  # the module every Ray process imports
     from verl.workers.rollout.base import get_rollout_class
     from verl.workers.rollout.replica import get_rollout_replica_class
 
-    assert get_rollout_class("hf", "async") is verl_cpu.HFServerAdapter
-    assert get_rollout_replica_class("hf") is verl_cpu.HFReplica
+    assert get_rollout_class("hf", "async") is hf_rollout.HFServerAdapter
+    assert get_rollout_replica_class("hf") is hf_rollout.HFReplica
 
 
 def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
@@ -79,10 +80,6 @@ def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
                      "train.verl.trainer_nnodes=2: 1 with device: cpu",
                      "train.verl.rollout_tensor_model_parallel_size=2"):
         assert expected in message, message
-    # On a GPU machine's configuration the transformers rollout is refused.
-    with pytest.raises(PreflightError, match="hf only with device: cpu"):
-        plan_verl(VerlParams(**{**SMALL, "ENGINE": "hf"}), DataParams(), RewardParams(),
-                  inputs, gpus_visible=0, training=False, train_rows=16)
 
 
 def test_a_log_prob_micro_batch_that_does_not_divide_each_gpus_share_is_refused(
@@ -197,7 +194,7 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     assert 1 <= killed_at < steps
 
     second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps,
-                              overrides=[f"+actor_rollout_ref.rollout.custom.cpu_rollout."
+                              overrides=[f"+actor_rollout_ref.rollout.custom.hf_rollout."
                                          f"agreement_dir={cpu_bed['root'] / 'agreement'}"])
     rerun = _start(second)
     assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
@@ -266,7 +263,7 @@ def test_a_rollout_without_the_trained_adapter_is_caught(cpu_bed) -> None:
     """The sabotage verl's vLLM server commits when the adapter is not listed: generation
     with the base model. verl's metrics show it one step later; the run fails, naming it."""
     job, _ = _job(cpu_bed, "sabotaged", cpu_bed["root"] / "sabotaged", total_training_steps=2,
-                  overrides=["+actor_rollout_ref.rollout.custom.cpu_rollout.sync_adapter="
+                  overrides=["+actor_rollout_ref.rollout.custom.hf_rollout.sync_adapter="
                              "false"])
     process = _start(job)
     assert process.wait(timeout=600) != 0

@@ -12,7 +12,8 @@ SPEC_DEFAULT_HARDWARE = Hardware(gpus_per_node=8, nnodes=1, tensor_parallel=2)
 
 # (changes to train.verl, changes to data, hardware, keyword arguments, parameter named)
 INVALID = [
-    ({"ENGINE": "hf"}, {}, None, {}, "ENGINE"),
+    ({"ENGINE": "lmdeploy"}, {}, None, {}, "ENGINE"),
+    ({"ENGINE": "hf"}, {}, None, {}, "rollout_tensor_model_parallel_size"),  # tp 2 given
     ({"actor_ppo_micro_batch_size_per_gpu": 7}, {}, None, {},
      "actor_ppo_micro_batch_size_per_gpu"),
     ({"actor_ppo_mini_batch_size": 3}, {}, None, {}, "actor_ppo_mini_batch_size"),
@@ -52,10 +53,10 @@ def test_invalid_configuration_is_named(verl, data, hardware, kwargs, parameter)
 
 
 def test_all_problems_are_reported_together() -> None:
-    params = VerlParams(ENGINE="hf", rollout_n=1, trainer_save_freq=0)
+    params = VerlParams(ENGINE="lmdeploy", rollout_n=1, trainer_save_freq=0)
     names = {p.parameter for p in check_verl(params, DataParams(), SPEC_DEFAULT_HARDWARE)}
     assert {"ENGINE", "rollout_n", "trainer_save_freq"} <= names
-    assert params.rollout_name == "hf"  # follows ENGINE
+    assert params.rollout_name == "lmdeploy"  # follows ENGINE
 
 
 def test_auto_hardware_resolves_from_the_visible_gpus() -> None:

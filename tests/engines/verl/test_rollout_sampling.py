@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rl_pipeline.engines.verl.cpu import sampling_config
+from rl_pipeline.engines.verl.hf_rollout import sampling_config
 
 
 @pytest.mark.parametrize(("top_k", "most"), [(-1, 400), (5, 5)])

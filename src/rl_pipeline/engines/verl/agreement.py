@@ -1,7 +1,7 @@
 """Why a rollout's token probabilities leave the actor's: the same tokens, recomputed.
 
 verl's agreement metrics (:mod:`.rollout_check`) say *that* the rollout and the actor
-disagree, not why. With ``+actor_rollout_ref.rollout.custom.cpu_rollout.agreement_dir=DIR``
+disagree, not why. With ``+actor_rollout_ref.rollout.custom.hf_rollout.agreement_dir=DIR``
 in ``train.verl.overrides`` a CPU run records, per step, the batch (prompt and response
 tokens, the rollout's and the actor's log-probabilities) and every adapter the rollout
 loaded (:func:`rl_pipeline.engines.verl.cpu.save_agreement`). :func:`agreement_report`
@@ -72,7 +72,7 @@ def agreement_report(folder: str | Path, model_path: str | Path,
     against the recomputations of :data:`RECOMPUTED`.
 
     Args:
-        folder: The run's ``cpu_rollout.agreement_dir``.
+        folder: The run's ``hf_rollout.agreement_dir``.
         model_path: The base model the run trained (a transformers folder).
         temperature: The rollout temperature (``train.verl.rollout_temperature``).
     """
@@ -84,7 +84,7 @@ def agreement_report(folder: str | Path, model_path: str | Path,
                 for p in folder.glob("adapter_*.pt")}
     if not adapters:
         raise FileNotFoundError(f"{folder}: no adapter_N.pt records (was the run started "
-                                "with cpu_rollout.agreement_dir, and LoRA?)")
+                                "with hf_rollout.agreement_dir, and LoRA?)")
     config = _lora_config(adapters[min(adapters)]["peft_config"], LoraConfig)
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                 attn_implementation="sdpa")

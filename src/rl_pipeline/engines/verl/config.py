@@ -243,6 +243,19 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     return out
 
 
+# ENGINE: hf on GPUs: the module that registers the transformers rollout with verl, imported
+# by every Ray process through verl's plugin hook (verl's own CUDA platform and workers).
+HF_ROLLOUT_MODULE = "rl_pipeline.engines.verl.hf_rollout"
+HF_ROLLOUT_ENV = {"VERL_USE_EXTERNAL_MODULES": HF_ROLLOUT_MODULE}
+
+
+def hf_rollout_overrides() -> list[str]:
+    """verl with the transformers rollout on its own CUDA platform (``ENGINE: hf``,
+    ``device: cuda``): verl's plugin hook registers it in every Ray process."""
+    return [f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(value)}"
+            for key, value in HF_ROLLOUT_ENV.items()]
+
+
 # train.verl.device=cpu: the module that gives verl a CPU platform, workers and a rollout,
 # imported by every Ray process through verl's plugin hook before verl reads the device.
 CPU_MODULE = "rl_pipeline.engines.verl.cpu"

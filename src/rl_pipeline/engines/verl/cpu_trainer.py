@@ -12,18 +12,14 @@ from typing import Any
 import ray
 
 # The CPU platform (cpu) is imported, and registered, before verl's trainer (trainer).
-from rl_pipeline.engines.verl.cpu import (
-    AGREEMENT_FIELDS,
-    CPUActorRolloutRefWorker,
-    custom_settings,
-    save_agreement,
-)
+from rl_pipeline.engines.verl.cpu import CPUActorRolloutRefWorker
+from rl_pipeline.engines.verl.hf_rollout import AGREEMENT_FIELDS, custom_settings, save_agreement
 from rl_pipeline.engines.verl.trainer import PipelinePPOTrainerSync, PipelineTaskRunnerBase
 
 
 class CPUPPOTrainerSync(PipelinePPOTrainerSync):
     """verl's v1 sync trainer (as the pipeline runs it) with :class:`CPUActorRolloutRefWorker`
-    in its worker roles; with ``cpu_rollout.agreement_dir`` it records each step's tokens and
+    in its worker roles; with ``hf_rollout.agreement_dir`` it records each step's tokens and
     both sides' log-probabilities (:mod:`rl_pipeline.engines.verl.agreement`)."""
 
     def _init_resource_pool_mgr(self) -> None:

@@ -41,6 +41,7 @@ from rl_pipeline.engines.verl.config import (
     command_line,
     compose_verl_config,
     cpu_overrides,
+    hf_rollout_overrides,
     hydra_overrides,
     launch_overrides,
     override_key,
@@ -63,6 +64,7 @@ from rl_pipeline.engines.verl.host import (
     times_in,
 )
 from rl_pipeline.engines.verl.preflight import (
+    HF_ROLLOUT,
     Hardware,
     check_attention,
     check_gpus,
@@ -75,6 +77,12 @@ from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
 logger = logging.getLogger(__name__)
+
+# What a run with the transformers rollout on GPUs is told (preflight's log and report).
+HF_ROLLOUT_NOTE = ("the transformers rollout, a first-light and fallback mode for a machine "
+                   "without vLLM: verl's CUDA workers, NCCL and weight sync as usual, but "
+                   "generation without vLLM's paged attention or batching, several times "
+                   "slower; install the gpu extra and set ENGINE: vllm for real runs")
 
 
 @dataclass
@@ -159,6 +167,10 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                               in LEGACY_TRAINER_ESTIMATORS)
     if cpu:
         launch += cpu_overrides(hardware.gpus_per_node, verl.rollout_dtype)
+    elif verl.ENGINE == HF_ROLLOUT:
+        launch += hf_rollout_overrides()
+        report["rollout"] = HF_ROLLOUT_NOTE
+        logger.warning("train.verl.ENGINE=hf on GPUs: %s", HF_ROLLOUT_NOTE)
     problems += _check_user_overrides(verl.overrides, launch)
     overrides = hydra_overrides(values, [*launch, *verl.overrides])
     try:
@@ -170,7 +182,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     problems += _check_inputs(config, inputs, reward, target, report)
     problems += _check_host(verl, config, inputs, report, local=local,
                             cluster=on_cluster(hardware, inputs.ray_address))
-    if not cpu and not any(p.parameter == "base_model" for p in problems):
+    if not cpu and verl.ENGINE != HF_ROLLOUT and \
+            not any(p.parameter == "base_model" for p in problems):
         # verl reads the model's config to build vLLM's command line
         problems += check_vllm_args(config, verl.overrides, report)
     if problems:

@@ -21,8 +21,9 @@ GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "reinforce_plus_plus_ba
 # vLLM's supported max_lora_rank values (verl rounds the rank up to one of these).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
-# The transformers rollout of train.verl.device=cpu (rl_pipeline.engines.verl.cpu).
-CPU_ROLLOUT = "hf"
+# The transformers rollout (rl_pipeline.engines.verl.hf_rollout): the only one on a CPU, a
+# first-light and fallback mode on GPUs.
+HF_ROLLOUT = "hf"
 
 
 class GPUsNeededError(ConfigError):
@@ -44,11 +45,12 @@ class Hardware:
 
 def resolve_hardware(verl: VerlParams, gpus_visible: int) -> Hardware:
     """Resolve the ``auto`` settings: all visible GPUs (one rank on a CPU), and tensor
-    parallel min(2, GPUs)."""
+    parallel min(2, GPUs) (1 for the transformers rollout, which is one process)."""
     if verl.device == "cpu":
         gpus_visible = 1
     gpus = gpus_visible if verl.trainer_n_gpus_per_node == "auto" else verl.trainer_n_gpus_per_node
-    tp = (min(2, max(gpus, 1)) if verl.rollout_tensor_model_parallel_size == "auto"
+    auto_tp = 1 if verl.ENGINE == HF_ROLLOUT else min(2, max(gpus, 1))
+    tp = (auto_tp if verl.rollout_tensor_model_parallel_size == "auto"
           else verl.rollout_tensor_model_parallel_size)
     return Hardware(gpus_per_node=gpus, nnodes=verl.trainer_nnodes, tensor_parallel=tp)
 
@@ -76,9 +78,10 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
 
     if verl.device == "cpu":
         problems += check_cpu(verl, hardware)
+    elif verl.ENGINE == HF_ROLLOUT:
+        problems += check_hf_rollout(verl, hardware)
     elif verl.ENGINE not in ROLLOUT_ENGINES:
-        fail("ENGINE", f"one of {', '.join(ROLLOUT_ENGINES)}"
-             + (" (hf only with device: cpu)" if verl.ENGINE == CPU_ROLLOUT else ""))
+        fail("ENGINE", f"one of {', '.join((*ROLLOUT_ENGINES, HF_ROLLOUT))}")
     gpus, n = hardware.gpus, verl.rollout_n
     if gpus < 1:
         fail("trainer_n_gpus_per_node", "at least 1 GPU (verl trains on GPUs only)")
@@ -167,8 +170,8 @@ def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
     def fail(parameter: str, allowed: str) -> None:
         problems.append(Problem(parameter, getattr(verl, parameter), allowed))
 
-    if verl.ENGINE != CPU_ROLLOUT:
-        fail("ENGINE", f"{CPU_ROLLOUT} with device: cpu (the transformers rollout; vLLM, "
+    if verl.ENGINE != HF_ROLLOUT:
+        fail("ENGINE", f"{HF_ROLLOUT} with device: cpu (the transformers rollout; vLLM, "
              "SGLang and TensorRT-LLM need GPUs)")
     if verl.algorithm_adv_estimator == "gae":
         fail("algorithm_adv_estimator", "an estimator without a critic with device: cpu "
@@ -194,6 +197,21 @@ def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
     return problems
 
 
+def check_hf_rollout(verl: VerlParams, hardware: Hardware) -> list[Problem]:
+    """What ``ENGINE: hf`` on GPUs cannot run: the transformers rollout is one process per
+    replica, and computes in float32 or bfloat16."""
+    problems = []
+    if hardware.tensor_parallel != 1:
+        problems.append(Problem("rollout_tensor_model_parallel_size",
+                                verl.rollout_tensor_model_parallel_size,
+                                "1 (or auto) with ENGINE: hf: the transformers "
+                                "rollout is one process per replica"))
+    if verl.rollout_dtype not in ("float32", "bfloat16", "auto"):
+        problems.append(Problem("rollout_dtype", verl.rollout_dtype, "float32, bfloat16 or "
+                                "auto (bfloat16 on a GPU) with ENGINE: hf"))
+    return problems
+
+
 def check_gpus(hardware: Hardware, gpus_visible: int, configured: int | str) -> None:
     """Stop before anything starts when this machine cannot run verl (one clear message).
 
@@ -212,10 +230,11 @@ def check_gpus(hardware: Hardware, gpus_visible: int, configured: int | str) -> 
 
 
 def check_rollout_engine(verl: VerlParams) -> list[Problem]:
-    """The rollout engine must be installed where training starts."""
+    """The rollout engine must be installed where training starts (hf: transformers, which
+    the project needs anyway)."""
     import importlib.util
 
-    if importlib.util.find_spec(verl.ENGINE) is None:
+    if verl.ENGINE != HF_ROLLOUT and importlib.util.find_spec(verl.ENGINE) is None:
         return [Problem("ENGINE", verl.ENGINE, f"an installed rollout engine: {verl.ENGINE} is "
                         "not importable here (pip install -e '.[gpu]' installs vLLM)")]
     return []
