@@ -44,7 +44,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light benchmarks bench-cpu-run bench-verl-math lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light vllm-set benchmarks bench-cpu-run bench-verl-math lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -142,6 +142,14 @@ gpu-first-light: lock-check model
 	$(BIN)/python scripts/first_light_bundle.py \
 		--image $(or $(IMAGE),requirements/images/lent-h100.freeze) --out .gpu \
 		--model data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+# The vLLM set (docs/gpu.md, 'The vLLM set'): what the GPU image still lacks after the first
+# light for verl's vLLM rollout, found by importing verl's vLLM server path in a venv built
+# like the image (scripts/import_probe.py), into .gpu/v1, v2, v3: three uploads, each useful
+# on arrival. GROW=1 adds each missing package to the probe and prints what to list.
+vllm-set: lock-check
+	$(BIN)/python scripts/vllm_set.py \
+		--image $(or $(IMAGE),requirements/images/lent-h100.freeze) --out .gpu $(if $(GROW),--grow)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts

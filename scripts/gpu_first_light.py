@@ -1,6 +1,7 @@
 """GPU first light: real GRPO steps on a GPU box from one upload, rung by rung.
 
     python3 scripts/gpu_first_light.py --out $OUT/fl [--rungs a0,imports,a,b,c,c2,e]
+    python3 scripts/gpu_first_light.py --out $OUT/fl --rungs v,d,smoke-data_prep,...
                                        [--bundles .gpu] [--site /tmp/fl-site] [--device cpu]
 
 On the box (an image with torch, transformers and peft, without verl, Ray, Kedro or MLflow;
@@ -19,6 +20,15 @@ process of its own with a time limit:
              (or /tmp/parts): runs only where every part is there
     e        `kedro run`, stage by stage (data_prep, preflight, train, merge, eval),
              the trl engine and HF eval, on the tiny model
+    v        the vLLM set (`make vllm-set`: BUNDLES/v1, v2, v3 or their files copied into
+             /tmp/parts) as far as it has arrived: what imports and loads (vLLM; its CUDA
+             kernels; FlashAttention-3)
+    d        verl run_ppo with vLLM's rollout (ENGINE: vllm), 4 steps, the tiny model,
+             LoRA, a checkpoint, export and merge
+    smoke-data_prep, smoke-preflight, smoke-train, smoke-merge, smoke-eval
+             conf/smoke through `kedro run --env smoke`, one stage per rung (each within one
+             10-minute command; the project's state stays in WORK between calls on a warm
+             box), on SmolLM2-135M when its GGUF is there, else the tiny model
 
 A rung whose inputs are missing is skipped with the reason; a failed rung does not stop
 the next independent one. Everything goes to --out as three files (what a lent box's
@@ -47,8 +57,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import first_light_bundle  # noqa: E402  (the standard library only, as this part needs)
+import vllm_set  # noqa: E402  (its receiving part: the standard library only)
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PARTS = Path("/tmp/parts")  # where later uploads' files are copied (docs/gpu.md)
 # (rung, time limit in seconds, what it proves); the order they run in.
 RUNGS = [
     ("a0", 60, "the GPU is seen, a bf16 matmul runs"),
@@ -58,7 +70,16 @@ RUNGS = [
     ("c", 420, "verl run_ppo with the transformers rollout, LoRA, checkpoint, merge"),
     ("c2", 480, "rung c on SmolLM2-135M"),
     ("e", 580, "kedro run, stage by stage, trl engine and HF eval"),
+    ("v", 240, "the vLLM set so far: what imports and loads"),
+    ("d", 540, "verl run_ppo with vLLM's rollout, LoRA, checkpoint, merge"),
+    *((f"smoke-{stage}", limit, f"kedro run --env smoke --pipelines {stage}")
+      for stage, limit in (("data_prep", 240), ("preflight", 300), ("train", 580),
+                           ("merge", 300), ("eval", 580))),
 ]
+SMOKE_STAGES = [name for name, *_ in RUNGS if name.startswith("smoke-")]
+# Rungs that need vLLM's CUDA kernels: not on a CPU (data_prep, preflight and merge run
+# anywhere: `--device cpu` checks them here).
+NEEDS_CUDA = {"d", "smoke-train", "smoke-eval"}
 # What a rung imports beyond the image (rung -> modules): missing ones skip the rung.
 NEEDS = {
     "a": ["rl_pipeline.evaluation.generate"],
@@ -66,6 +87,13 @@ NEEDS = {
     "c": ["verl", "ray", "transfer_queue", "mlflow", "rl_pipeline.engines.verl.engine"],
     "c2": ["verl", "ray", "transfer_queue", "mlflow", "gguf"],
     "e": ["kedro", "kedro_mlflow", "mlflow", "trl"],
+    "v": ["vllm"],
+    "d": ["vllm", "verl", "ray", "transfer_queue", "mlflow"],
+    "smoke-data_prep": ["kedro", "kedro_mlflow", "mlflow"],
+    "smoke-preflight": ["verl", "kedro", "kedro_mlflow", "mlflow"],
+    "smoke-train": ["vllm", "verl", "ray", "kedro", "kedro_mlflow", "mlflow"],
+    "smoke-merge": ["kedro", "kedro_mlflow", "mlflow"],
+    "smoke-eval": ["vllm", "kedro", "kedro_mlflow", "mlflow"],
 }
 IMPORTS = ["torch", "transformers", "tokenizers", "peft", "accelerate", "numpy", "pandas",
            "pyarrow", "trl", "verl", "ray", "transfer_queue", "tensordict", "hydra",
@@ -132,6 +160,12 @@ def run_rungs(args: argparse.Namespace) -> dict[str, Any]:
             verdict["unpacked"] = unpack_bundles(args.bundles, args.site)
         except (OSError, EOFError, tarfile.TarError, lzma.LZMAError) as exc:  # truncated
             verdict["unpacked"] = f"failed: {exc}"
+        try:  # the vLLM set's units, from this upload's folders or earlier ones'
+            received = vllm_set.receive([*sorted(args.bundles.glob("v*")), PARTS], args.site)
+            if received["unpacked"] or received["waiting"]:
+                verdict["vllm_set"] = received
+        except (OSError, ValueError, EOFError, tarfile.TarError, lzma.LZMAError) as exc:
+            verdict["vllm_set"] = f"failed: {exc}"
         paths.append(str(args.site))
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     work = Path(args.work).resolve()
@@ -145,6 +179,8 @@ def run_rungs(args: argparse.Namespace) -> dict[str, Any]:
         if name != "a0" and args.device == "cuda" and \
                 verdict["rungs"].get("a0", {}).get("status") != "pass":
             reason = "needs rung a0 (no GPU seen)"
+        elif name in NEEDS_CUDA and args.device != "cuda":
+            reason = "vLLM's kernels need CUDA"
         elif name == "c2" and not gguf_parts(args.bundles):
             reason = "needs the GGUF parts"
         elif missing := missing_modules(python, env, NEEDS.get(name, [])):
@@ -196,7 +232,7 @@ def verdict_line(verdict: dict[str, Any]) -> str:
 
 def gguf_parts(bundles: Path) -> list[Path]:
     """The GGUF's parts (``<name>.part-aa`` ...) wherever the uploads left them."""
-    found = {p.name: p for folder in (bundles, Path("/tmp/parts")) if folder.is_dir()
+    found = {p.name: p for folder in (bundles, PARTS) if folder.is_dir()
              for p in folder.rglob(f"{GGUF_NAME}.part-*") if not p.name.endswith(".sha256")}
     return [found[name] for name in sorted(found)]
 
@@ -335,7 +371,7 @@ def rung_b(device: str, work: Path, bundles: Path) -> None:
 
 
 def verl_run(device: str, work: Path, model: Path, name: str, prompts: int,
-             reward: Any, response_length: int) -> dict[str, Any]:
+             reward: Any, response_length: int, engine: str = "hf") -> dict[str, Any]:
     """plan_verl + train_verl as the train node runs them, then verl's export and the
     project's verified merge."""
     import mlflow
@@ -361,7 +397,7 @@ def verl_run(device: str, work: Path, model: Path, name: str, prompts: int,
                                run_name=name).info.run_id
     cpu = device == "cpu"
     verl = VerlParams(
-        device=device, ENGINE="hf", trainer_n_gpus_per_node="auto",
+        device=device, ENGINE=engine, trainer_n_gpus_per_node="auto",
         rollout_tensor_model_parallel_size="auto", actor_fsdp_config_offload_policy=False,
         data_train_batch_size=4, rollout_n=4, actor_ppo_mini_batch_size=4,
         actor_ppo_micro_batch_size_per_gpu=4, rollout_log_prob_micro_batch_size_per_gpu=4,
@@ -393,7 +429,8 @@ def verl_run(device: str, work: Path, model: Path, name: str, prompts: int,
     return {"device": device, "steps": run.summary.get("steps"), "seconds": round(seconds, 1),
             "rollout_policy": run.summary.get("rollout_policy"), "metrics": metrics,
             "merge_verified": merged.metadata["verification"]["passed"],
-            "preflight": {k: plan.report.get(k) for k in ("hardware", "rollout", "memory")}}
+            "preflight": {k: plan.report[k] for k in ("hardware", "rollout", "host")
+                          if k in plan.report}}
 
 
 def rung_c(device: str, work: Path, bundles: Path) -> None:
@@ -413,12 +450,79 @@ def rung_c2(device: str, work: Path, bundles: Path) -> None:
                       64))
 
 
-def scratch_project(work: Path) -> Path:
+def rung_v(device: str, work: Path, bundles: Path) -> None:
+    """What the vLLM set brings so far, level by level (each unit's `enables`)."""
+    import importlib
+
+    levels: dict[str, str] = {}
+    try:
+        import vllm
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # noqa: F401
+
+        levels["python"] = f"vllm {vllm.__version__} from {Path(vllm.__file__).parent}"
+    except Exception as exc:  # a level that fails is the fact to report
+        levels["python"] = f"FAILED {type(exc).__name__}: {exc}"[:300]
+    try:
+        importlib.import_module("vllm._C_stable_libtorch")
+        import vllm.platforms.cuda  # noqa: F401
+
+        levels["core kernels"] = "loaded"
+    except Exception as exc:
+        levels["core kernels"] = f"FAILED {type(exc).__name__}: {exc}"[:300]
+    try:
+        from vllm.vllm_flash_attn import flash_attn_interface as fa
+
+        levels["fa3"] = "available" if fa.FA3_AVAILABLE else \
+            f"unavailable: {fa.FA3_UNAVAILABLE_REASON}"[:300]
+    except Exception as exc:
+        levels["fa3"] = f"FAILED {type(exc).__name__}: {exc}"[:300]
+    for level, state in levels.items():
+        print(f"{level:14s} {state}")
+    if levels["python"].startswith("FAILED"):
+        raise RuntimeError(f"vLLM does not import: {levels['python']}")
+    report(levels=levels)
+
+
+def rung_d(device: str, work: Path, bundles: Path) -> None:
+    model = tiny_model(work)
+    report(**verl_run(device, work, model, "verl_vllm_tiny", 16, digit_reward(work), 32,
+                      engine="vllm"))
+
+
+def smoke_project(work: Path) -> Path:
+    """conf/smoke's project in ``work``, made by the first smoke rung and kept by the
+    later ones (each stage reads what the one before it saved)."""
+    project = work / "smoke_project"
+    if not (project / "conf").is_dir():
+        scratch_project(work, project)
+    return project
+
+
+def rung_smoke(stage: str, work: Path, bundles: Path) -> None:
+    """One conf/smoke stage through `kedro run`, on SmolLM2-135M when its GGUF has arrived
+    (else the tiny model); eval compares with vLLM as conf/smoke says."""
+    gguf = work / GGUF_NAME
+    if not gguf.is_file() and len(gguf_parts(bundles)) >= 2:
+        first_light_bundle.join_parts(gguf_parts(bundles), gguf)
+    model = gguf if gguf.is_file() else tiny_model(work)
+    project = smoke_project(work)
+    began = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "kedro", "run", "--env", "smoke",
+                             "--pipelines", stage, "--params", f"base_model={model}"],
+                            cwd=project, capture_output=True, text=True, timeout=560)
+    print(f"--- kedro {stage}: rc {result.returncode}\n{result.stdout[-4000:]}"
+          f"{result.stderr[-12000:]}", flush=True)
+    if result.returncode:
+        raise RuntimeError(f"kedro run --env smoke --pipelines {stage}: rc {result.returncode}")
+    report(stage=stage, model=str(model), seconds=round(time.perf_counter() - began, 1))
+
+
+def scratch_project(work: Path, project: Path | None = None) -> Path:
     """The project's configuration in ``work``, its raw data linked (read only), so that
     the runs' data, checkpoints and MLflow store stay out of the repository."""
     import shutil
 
-    project = work / "kedro_project"
+    project = project or work / "kedro_project"
     if project.exists():
         shutil.rmtree(project)
     (project / "src").mkdir(parents=True)  # the package is the one on PYTHONPATH
@@ -455,7 +559,10 @@ def rung_e(device: str, work: Path, bundles: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "fl")
-    parser.add_argument("--rungs", default=",".join(name for name, *_ in RUNGS))
+    parser.add_argument("--rungs", default=",".join(name for name, *_ in RUNGS
+                                                    if name not in {"v", *NEEDS_CUDA}),
+                        help="which rungs, in RUNGS' order (default: the first light's, "
+                        "without vLLM)")
     parser.add_argument("--bundles", type=Path, default=ROOT / ".gpu")
     parser.add_argument("--site", type=lambda v: Path(v) if v else None,
                         default=Path("/tmp/fl-site"), help="where the bundles are unpacked "
@@ -467,7 +574,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.rung:
         try:
-            globals()[f"rung_{args.rung}"](args.device, Path(args.work), args.bundles)
+            if args.rung.startswith("smoke-"):
+                rung_smoke(args.rung.removeprefix("smoke-"), Path(args.work), args.bundles)
+            else:
+                globals()[f"rung_{args.rung}"](args.device, Path(args.work), args.bundles)
         except Exception:
             traceback.print_exc()
             sys.exit(1)

@@ -49,3 +49,32 @@ def test_on_the_cpu_a_rung_runs_and_a_rung_without_its_inputs_is_skipped(tmp_pat
                                       "reason": "needs the GGUF parts"}
     assert line.startswith("FIRST-LIGHT a0=pass c2=skipped")
     assert "torch" in (tmp_path / "fl/env.txt").read_text()
+
+
+def test_on_the_cpu_the_vllm_rungs_say_they_need_cuda(tmp_path) -> None:
+    line, verdict = _first_light(tmp_path, "--device", "cpu", "--site", "",
+                                 "--rungs", "d,smoke-train,smoke-eval")
+    assert {r["reason"] for r in verdict["rungs"].values()} == {"vLLM's kernels need CUDA"}
+    assert line.startswith("FIRST-LIGHT d=skipped smoke-train=skipped smoke-eval=skipped")
+
+
+def test_the_vllm_sets_units_that_have_arrived_are_unpacked_before_the_rungs(tmp_path) -> None:
+    from tests.conftest import load_script
+
+    vs, flb = load_script("vllm_set"), load_script("first_light_bundle")
+    tree = tmp_path / "unit"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm/marker.py").write_text("VALUE = 1\n")
+    flb.pack(tree, tmp_path / "packed/vllm-python.txz", use_xz=False)
+    vs.stream_into_folders([{"unit": "vllm-python.txz",
+                             "path": tmp_path / "packed/vllm-python.txz"}], tmp_path / "gpu")
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "fl"), "--bundles",
+         str(tmp_path / "gpu"), "--site", str(site), "--work", str(tmp_path / "work"),
+         "--device", "cpu", "--rungs", "a0"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "fl/verdict.json").read_text())
+    assert verdict["vllm_set"]["unpacked"] == ["vllm-python.txz"]
+    assert (site / "vllm/marker.py").read_text() == "VALUE = 1\n"
