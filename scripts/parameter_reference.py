@@ -28,7 +28,13 @@ import yaml
 
 from rl_pipeline.engines.trl import config as trl_config
 from rl_pipeline.engines.verl import config as verl_config
-from rl_pipeline.params import FOLLOWERS, DataParams, DataPrepParams, ParamGroup
+from rl_pipeline.params import (
+    FOLLOWERS,
+    PARAMETER_GROUPS,
+    DataParams,
+    DataPrepParams,
+    ParamGroup,
+)
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.params.verl import VerlParams
@@ -290,6 +296,7 @@ def reference_markdown(catalog_file: Path = CATALOG_FILE,
         out += _spec_section(spec, catalog)
     out += _equivalents_section()
     out += _ours_section()
+    out += _groups_section()
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -332,8 +339,7 @@ def _equivalents_section() -> list[str]:
 def _ours_section() -> list[str]:
     lines = ["## Our own parameters", "",
              "Parameters of ours that no spec names (their descriptions come from the "
-             "parameter models). The other groups (`data_prep`, `reward`, `eval`, `merge`) "
-             "are described in `src/rl_pipeline/params/`.", "",
+             "parameter models); the [other groups](#the-other-groups) follow.", "",
              "| parameter | default | description | sets | = |",
              "| --- | --- | --- | --- | --- |"]
     rows: list[tuple[str, str, Any, str, str]] = []
@@ -355,6 +361,37 @@ def _ours_section() -> list[str]:
         lines.append(_row([f"`{where}`", _code(_fmt(_default(field))), description, sets,
                            same or "-"]))
     return [*lines, ""]
+
+
+# The groups with no spec parameters of their own, in the order a run meets them.
+OTHER_GROUPS = ("data_prep", "reward", "eval", "merge", "registry", "promote")
+
+
+def _groups_section() -> list[str]:
+    lines = ["## The other groups", "",
+             "Every field of the other parameter groups (`kedro run --params "
+             "GROUP.FIELD=...`; a nested group's fields as `GROUP.NESTED.FIELD`). The `data` "
+             "group's fields are in the spec sections above.", ""]
+    for group in OTHER_GROUPS:
+        model = PARAMETER_GROUPS[group]
+        lines += [f"### `{group}`", "", (model.__doc__ or "").strip().splitlines()[0], "",
+                  "| parameter | default | description |", "| --- | --- | --- |"]
+        for where, field in _fields(group, model):
+            lines.append(_row([f"`{where}`", _code(_fmt(_default(field))),
+                               (field.description or "").removeprefix("Ours. ")]))
+        lines.append("")
+    return lines
+
+
+def _fields(prefix: str, model: type[ParamGroup]) -> list[tuple[str, Any]]:
+    """(dotted name, field) of every leaf field of ``model``, nested groups flattened."""
+    rows: list[tuple[str, Any]] = []
+    for name, field in model.model_fields.items():
+        if _is_group(field.annotation):
+            rows += _fields(f"{prefix}.{name}", field.annotation)
+        else:
+            rows.append((f"{prefix}.{name}", field))
+    return rows
 
 
 # ---------------------------------------------------------------- cells

@@ -136,7 +136,10 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
     ("dataset_train_split=bad.jsonl", "1 bad record(s) in ", "bad.jsonl, line 3: malformed JSON"),
     ("dataset_train_split=missing.jsonl", "raw_train: input file not found: ",
      "missing.jsonl (expected a JSON Lines file)"),
-], ids=["bad_parameter", "bad_record", "missing_file"])
+    ("dataset_train_splt=bad.jsonl", "--params dataset_train_splt: nothing in --env cpu "
+     "reads it", "no catalog entry of conf/base/, conf/cpu/ uses "
+     "${runtime_params:dataset_train_splt}"),
+], ids=["bad_parameter", "bad_record", "missing_file", "unread_name"])
 def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)
@@ -161,3 +164,30 @@ def test_a_bug_keeps_its_traceback(project) -> None:
     assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr, output
     assert "broken_reward.py" in result.stderr
     assert f"{TRACEBACK_ENV}=1 shows" not in result.stderr
+
+
+@pytest.mark.slow
+def test_own_records_under_the_cpu_environment_are_refused_saying_what_to_change(
+        tmp_path) -> None:
+    """conf/cpu trains on generated additions: its raw_train reads no dataset_train_split,
+    so a user's file there would be ignored and the additions trained on."""
+    project = make_project(tmp_path)
+    result, output = _data_prep(project, "dataset_train_split=my.jsonl")
+    _assert_told_briefly(result, output, "--params dataset_train_split: nothing in --env cpu "
+                                         "reads it")
+    assert ("raw_train and raw_val are generated additions; to train on your own records "
+            "here, delete those entries from its catalog.yml") in result.stderr
+    assert not (project / "data/05_model_input").exists()  # refused before any node
+
+
+def test_an_unquoted_off_from_the_command_line_turns_the_self_test_off() -> None:
+    """`--params reward.self_test=off`: Kedro's parser reads YAML, where off is false."""
+    from kedro.framework.cli.utils import _split_params
+
+    from rl_pipeline.params import RewardParams
+
+    raw = _split_params(None, None, "reward.self_test=off")
+    assert raw == {"reward": {"self_test": False}}
+    assert RewardParams.model_validate(raw["reward"]).self_test == "off"
+    with pytest.raises(ConfigError, match="reward.self_test=True"):
+        RewardParams.model_validate({"self_test": True})

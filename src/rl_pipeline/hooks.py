@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import yaml
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, DatasetError
@@ -38,6 +40,9 @@ class WholeConfigurationHook:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         raw = context.config_loader["parameters"]  # runtime --params included
+        unread = unread_runtime_params(context.config_loader)
+        if unread:
+            raise ConfigError("\n".join(unread))
         groups, problems = {}, []
         for name, model in PARAMETER_GROUPS.items():
             try:
@@ -48,6 +53,58 @@ class WholeConfigurationHook:
             problems = [f"  - {p}" for p in cross_group_problems(groups)]
         if problems:
             raise ConfigError("\n".join(problems))
+
+
+_RUNTIME_PARAM = re.compile(r"\$\{runtime_params:\s*([^,}\s]+)")
+
+
+def unread_runtime_params(loader: Any) -> list[str]:
+    """A problem for each `--params` name that nothing in this environment reads: not a
+    parameter, and no `${runtime_params:NAME}` of the configuration in effect (an
+    environment's catalog entry replaces conf/base's whole, so conf/cpu's generated
+    additions do not read `dataset_train_split`). A name nothing reads would otherwise be
+    ignored without a word."""
+    names = [k for k in (loader.runtime_params or {})
+             if k not in PARAMETER_GROUPS and _only_runtime(loader, k)]
+    if not names:
+        return []
+    conf = Path(loader.conf_source)
+    envs = [e for e in dict.fromkeys([loader.base_env, loader.env]) if e]
+    catalog: dict[str, Any] = {}
+    texts = []
+    for env in envs:
+        for file in sorted((conf / env).rglob("*.yml")):
+            text = file.read_text(encoding="utf-8")
+            if file.name.startswith("catalog"):
+                catalog.update(yaml.safe_load(text) or {})  # the env's entry replaces base's
+            else:
+                texts.append(text)
+    read = set(_RUNTIME_PARAM.findall(yaml.safe_dump(catalog) + "\n".join(texts)))
+    where = f"--env {loader.env}" if loader.env else "this environment"
+    return [f"--params {name}: nothing in {where} reads it (not a parameter, and no "
+            f"catalog entry of conf/{'/, conf/'.join(envs)}/ uses ${{runtime_params:{name}}})"
+            + _own_data_hint(name, catalog) for name in names if name not in read]
+
+
+def _only_runtime(loader: Any, name: str) -> bool:
+    """``name`` is in the parameters only because --params put it there."""
+    conf = Path(loader.conf_source)
+    for env in dict.fromkeys([loader.base_env, loader.env]):
+        for file in (conf / env).rglob("parameters*.yml") if env else []:
+            if name in (yaml.safe_load(file.read_text(encoding="utf-8")) or {}):
+                return False
+    return True
+
+
+def _own_data_hint(name: str, catalog: dict[str, Any]) -> str:
+    entries = [k for k, v in catalog.items() if k in ("raw_train", "raw_val")
+               and isinstance(v, dict) and "arithmetic" in str(v.get("type", ""))]
+    if name.startswith("dataset_") and entries:
+        return (f": this environment's {' and '.join(entries)} are generated additions; to "
+                "train on your own records here, delete those entries from its catalog.yml "
+                "(conf/base's JSON Lines inputs, which read dataset_train_split and "
+                "dataset_validation_split, then apply), or run without --env")
+    return ""
 
 
 class TypedParamsMlflowHook(MlflowHook):

@@ -33,6 +33,9 @@ CASES = {
     "math_verify_score": ("math", r"\boxed{0.5}", r"\boxed{\frac{1}{3}}", r"\frac{1}{2}"),
     "gsm8k_format_credit": ("openai/gsm8k", "24 + 48 = 72\n#### 72", "24 + 48\n#### 70",
                             "72"),
+    "exact_match": ("exact_match", "It is in France.\nAnswer: Paris.", "Answer: Lyon",
+                    "paris"),
+    "choice": ("choice", "Paris is in France, so (b).", "So the answer is A.", "B"),
 }
 HANG = """
 def score(data_source, solution_str, ground_truth, extra_info=None):

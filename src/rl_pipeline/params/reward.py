@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rl_pipeline.params.base import ParamGroup
 
@@ -17,8 +17,11 @@ class CustomRewardFunction(ParamGroup):
     name: str = Field(
         "compute_score",
         description="The function's name. Built-ins: compute_score (by data_source: GSM8K "
-        "strict, MATH via math-verify, else verl's default; docs/rewards.md), strict_gsm8k, "
-        "flexible_gsm8k, math_verify_score, gsm8k_format_credit (1.0 for one correct "
+        "strict, MATH via math-verify, exact_match and choice for text answers, else verl's "
+        "default; docs/rewards.md), strict_gsm8k, flexible_gsm8k, math_verify_score, "
+        "exact_match (the final answer equal to the ground truth after normalisation), "
+        "choice (the option letter or label the final answer picks), "
+        "gsm8k_format_credit (1.0 for one correct "
         "'#### <number>' answer, 0.1 for a wrong one in a well-formed response: ended by "
         "itself, one answer, not repetitive). Signature: (data_source, solution_str, "
         "ground_truth, extra_info=None) -> float | dict with 'score'; extra_info carries "
@@ -58,4 +61,11 @@ class RewardParams(ParamGroup):
         "each data source's ground truths written as an ideal response, and a wrong answer. "
         "'error' fails when golds do not score reward.correct_score or wrong answers score "
         "as high (on 10% of rows or more), naming the data source, its scorer and example "
-        "rows; 'warn' logs it; 'off' skips it.")
+        "rows; 'warn' logs it; 'off' skips it (YAML and `--params reward.self_test=off` read an "
+        "unquoted off as false: that means off too).")
+
+    @field_validator("self_test", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        # YAML 1.1, which Kedro's loader and --params parse, reads `off` (and `no`) as false.
+        return "off" if value is False else value

@@ -17,6 +17,7 @@ from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
+from rl_pipeline.rewards.text_answers import choice, exact_match
 
 if TYPE_CHECKING:
     from rl_pipeline.params import RewardParams
@@ -36,6 +37,10 @@ FORMAT_CREDIT = 0.1
 GSM8K_SOURCES = {"openai/gsm8k", "gsm8k", "rl_pipeline/arithmetic"}
 MATH_SOURCES = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
                 "math"}
+# data_source values for text answers (rl_pipeline.rewards.text_answers): the final answer
+# equal to the ground truth after normalisation, or the option it picks.
+EXACT_MATCH_SOURCES = {"exact_match"}
+CHOICE_SOURCES = {"choice"}
 
 
 def strict_gsm8k(data_source: str, solution_str: str, ground_truth: str,
@@ -109,17 +114,22 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     """The project's default reward, chosen by ``data_source``.
 
     GSM8K: strict (answer after ``####``), as verl scores it. MATH-style sources: math-verify
-    on ``\\boxed{}``. Anything else: verl's ``default_compute_score``.
+    on ``\\boxed{}``. ``exact_match`` and ``choice``: the text scorers of
+    :mod:`rl_pipeline.rewards.text_answers`. Anything else: verl's ``default_compute_score``.
     """
     if data_source in GSM8K_SOURCES:
         return strict_gsm8k(data_source, solution_str, ground_truth, extra_info)
     if data_source in MATH_SOURCES:
         return math_verify_score(data_source, solution_str, ground_truth, extra_info)
+    if data_source in EXACT_MATCH_SOURCES:
+        return exact_match(data_source, solution_str, ground_truth, extra_info)
+    if data_source in CHOICE_SOURCES:
+        return choice(data_source, solution_str, ground_truth, extra_info)
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
 
 
 BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score,
-                                   gsm8k_format_credit)}
+                                   gsm8k_format_credit, exact_match, choice)}
 
 
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
@@ -129,8 +139,7 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
         path: A Python file defining the function, ``pkg://module`` for an importable module
             (verl's convention; a reward file shipped to a Ray cluster's nodes is one), or
             None for a built-in one.
-        name: The function's name (built-ins: compute_score, strict_gsm8k, flexible_gsm8k,
-            math_verify_score, gsm8k_format_credit).
+        name: The function's name (built-ins: :data:`BUILTIN`).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.

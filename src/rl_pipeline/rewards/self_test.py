@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from rl_pipeline.errors import UserError
 from rl_pipeline.rewards.form import response_facts
-from rl_pipeline.rewards.scoring import BUILTIN, GSM8K_SOURCES, MATH_SOURCES
+from rl_pipeline.rewards.scoring import (
+    BUILTIN,
+    CHOICE_SOURCES,
+    EXACT_MATCH_SOURCES,
+    GSM8K_SOURCES,
+    MATH_SOURCES,
+)
 
 if TYPE_CHECKING:
     from rl_pipeline.params import RewardParams
@@ -37,6 +43,9 @@ _SCORERS = {
     "strict_gsm8k": "GSM8K strict: the number after the last '#### '",
     "flexible_gsm8k": "GSM8K flexible: the last number",
     "math_verify_score": "math-verify: the \\boxed{} answer, compared as mathematics",
+    "exact_match": "exact match: the final answer equal to the ground truth after "
+                   "normalisation",
+    "choice": "choice: the option letter (or label) the final answer picks",
 }
 _FIX = ("set data_prep.data_source to a value whose scorer reads these answers (table: "
         "docs/rewards.md), or reward.custom_reward_function to a reward for this data; "
@@ -61,6 +70,10 @@ def scorer_for(data_source: str, name: str, path: str | None = None) -> str:
                   if name == "gsm8k_format_credit" else _SCORERS["strict_gsm8k"])
     elif data_source in MATH_SOURCES:
         picked = _SCORERS["math_verify_score"]
+    elif data_source in EXACT_MATCH_SOURCES:
+        picked = _SCORERS["exact_match"]
+    elif data_source in CHOICE_SOURCES:
+        picked = _SCORERS["choice"]
     else:
         picked = f"verl's default_compute_score for {data_source!r}"
     return f"{name} -> {picked}, chosen by data_source {data_source!r}"
@@ -73,7 +86,11 @@ def ideal_response(truth: str) -> str:
 
 
 def wrong_answer(truth: str) -> str:
-    """An answer that is not ``truth``: a number plus one, else ``truth`` with ``+1``."""
+    """An answer that is not ``truth``: a number plus one, an option letter the next one
+    (``B`` -> ``C``, ``Z`` -> ``A``), else ``truth`` with ``+1``."""
+    letter = truth.strip()
+    if len(letter) == 1 and letter.isascii() and letter.isalpha():
+        return chr((ord(letter.upper()) - ord("A") + 1) % 26 + ord("A"))
     try:
         value = float(truth.replace(",", ""))
     except ValueError:

@@ -1,0 +1,80 @@
+"""Scorers for answers that are text, not numbers: exact match and a choice among options.
+
+Both read the response's *final answer* (:func:`final_answer`): what follows the last
+``####``, ``answer:`` or ``\\boxed{}``, else the last non-empty line. So a response may reason
+first, as GSM8K's do, and the data's ground truth is only the answer.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+
+_MARKER = re.compile(r"####|\banswer\s*(?:is)?\s*:|\banswer\s+is\b", re.IGNORECASE)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_LETTER = re.compile(r"(?<![A-Za-z])(?:\(([A-Za-z])\)|([A-Z]))(?![A-Za-z])")
+
+
+def final_answer(response: str) -> str:
+    """The response's final answer, on one line, without a trailing full stop: the first
+    line after the last ``####`` or ``answer:``/``answer is`` marker, else the last
+    ``\\boxed{}``'s content, else the last non-empty line."""
+    markers = list(_MARKER.finditer(response))
+    if markers:
+        lines = response[markers[-1].end():].strip().splitlines()
+        text = lines[0] if lines else ""
+    elif boxed := _BOXED.findall(response):
+        text = boxed[-1]
+    else:
+        lines = [line for line in response.splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
+    return text.strip().rstrip(".").strip()
+
+
+def normalize_answer(text: str) -> str:
+    """Unicode NFKC, case-folded, punctuation removed (every Unicode P* character),
+    whitespace collapsed: "The  Eiffel-Tower!" and "the eiffeltower" are the same."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(c for c in text if not unicodedata.category(c).startswith("P"))
+    return " ".join(text.split())
+
+
+def _truths(ground_truth: str | Sequence[str]) -> list[str]:
+    """One acceptable answer, or several (a list in the data)."""
+    if isinstance(ground_truth, str):
+        return [ground_truth]
+    return [str(t) for t in ground_truth]
+
+
+def exact_match(data_source: str, solution_str: str, ground_truth: str | Sequence[str],
+                extra_info: dict | None = None) -> float:
+    """1.0 when the final answer equals the ground truth (or one of a list of them) after
+    :func:`normalize_answer`."""
+    answer = normalize_answer(final_answer(solution_str))
+    return 1.0 if answer and any(answer == normalize_answer(t)
+                                 for t in _truths(ground_truth)) else 0.0
+
+
+def chosen_option(response: str) -> str | None:
+    """The option letter the final answer picks: the last standalone capital letter, or
+    letter in parentheses, ("B", "(b)", "B)", "B. Paris"), upper-cased; None when there is
+    none."""
+    found = _LETTER.findall(final_answer(response))
+    if not found:
+        return None
+    paren, bare = found[-1]
+    return (paren or bare).upper()
+
+
+def choice(data_source: str, solution_str: str, ground_truth: str | Sequence[str],
+           extra_info: dict | None = None) -> float:
+    """A choice among options. A ground truth that is one letter (A-Z) is compared with the
+    letter the final answer picks (:func:`chosen_option`); a label ("positive", "spam") with
+    the final answer as :func:`exact_match` compares it."""
+    truths = _truths(ground_truth)
+    if all(len(t.strip()) == 1 and t.strip().isalpha() for t in truths):
+        picked = chosen_option(solution_str)
+        return 1.0 if picked is not None and picked in {t.strip().upper() for t in truths} \
+            else 0.0
+    return exact_match(data_source, solution_str, ground_truth, extra_info)

@@ -1,0 +1,91 @@
+"""The text scorers (exact match, a choice among options): what they read as the final
+answer, how they normalise, and that the self-test checks data scored by them."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_pipeline.params import RewardParams
+from rl_pipeline.rewards import build_reward
+from rl_pipeline.rewards.self_test import ideal_response, self_test, wrong_answer
+from rl_pipeline.rewards.text_answers import (
+    choice,
+    chosen_option,
+    exact_match,
+    final_answer,
+    normalize_answer,
+)
+
+
+@pytest.mark.parametrize(("response", "answer"), [
+    ("We reason.\n#### Paris", "Paris"),
+    ("Reasoning first.\nFinal answer: The Eiffel Tower.\nThanks!", "The Eiffel Tower"),
+    ("The answer is (c).", "(c)"),
+    (r"so \boxed{blue} it is", "blue"),
+    ("line one\n\nthe last line.\n", "the last line"),
+    ("", ""),
+])
+def test_the_final_answer_is_after_the_last_marker_else_boxed_else_the_last_line(
+        response: str, answer: str) -> None:
+    assert final_answer(response) == answer
+
+
+def test_normalisation_drops_case_punctuation_and_extra_spaces_only() -> None:
+    assert normalize_answer("  The  Eiffel-Tower! ") == "the eiffeltower"
+    assert normalize_answer("ＡＢＣ") == "abc"  # full-width letters, NFKC
+    assert normalize_answer("a cat") != normalize_answer("cat")  # articles are words
+
+
+@pytest.mark.parametrize(("response", "truth", "score"), [
+    ("Answer: paris", "Paris", 1.0),
+    ("Answer: Paris, France", "Paris", 0.0),
+    ("#### new york", ["NYC", "New York"], 1.0),  # several acceptable answers
+    ("I am not sure.", "Paris", 0.0),
+    ("Answer:", "", 0.0),  # an empty answer never matches, not even an empty truth
+])
+def test_exact_match(response: str, truth, score: float) -> None:
+    assert exact_match("exact_match", response, truth) == score
+
+
+@pytest.mark.parametrize(("response", "picked"), [
+    ("Answer: B", "B"), ("The answer is (c).", "C"), ("Answer: B. Paris", "B"),
+    ("A is wrong.\nSo D", "D"), ("Answer: none of them", None),
+])
+def test_the_option_picked_is_the_last_standalone_letter_of_the_final_answer(
+        response: str, picked: str | None) -> None:
+    assert chosen_option(response) == picked
+
+
+def test_choice_compares_letters_case_blind_and_labels_as_exact_match() -> None:
+    assert choice("choice", "Answer: (b)", "B") == 1.0
+    assert choice("choice", "Answer: C", "b") == 0.0
+    assert choice("choice", "Sentiment: clear.\nAnswer: Positive!", "positive") == 1.0
+    assert choice("choice", "Answer: negative", "positive") == 0.0
+
+
+@pytest.mark.parametrize(("source", "truth"), [("exact_match", "Paris"), ("choice", "B"),
+                                               ("choice", "positive")])
+def test_the_self_test_passes_data_these_scorers_read(source: str, truth: str) -> None:
+    reward = build_reward(RewardParams())
+    rows = [{"data_source": source, "reward_model": {"ground_truth": truth},
+             "extra_info": {"split": "train", "index": i}} for i in range(4)]
+    report = self_test(lambda row, response, facts: reward(
+        row["data_source"], response, row["reward_model"]["ground_truth"], facts),
+        rows, 1.0, "compute_score")[source]
+    assert report["passed"], report
+    assert "chosen by data_source" in report["scorer"] and source in report["scorer"]
+    assert reward(source, ideal_response(wrong_answer(truth)), truth) == 0.0
+
+
+def test_a_wrong_option_letter_is_the_next_letter() -> None:
+    assert (wrong_answer("B"), wrong_answer("z"), wrong_answer("7")) == ("C", "A", "8")
+
+
+def test_the_self_test_catches_letters_under_the_gsm8k_source() -> None:
+    """Choice data prepared under the default data_source scores 0 on GSM8K's scorer."""
+    reward = build_reward(RewardParams())
+    rows = [{"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "B"}}]
+    report = self_test(lambda row, response, facts: reward(
+        row["data_source"], response, row["reward_model"]["ground_truth"], facts),
+        rows, 1.0, "compute_score")["openai/gsm8k"]
+    assert not report["passed"] and report["gold_correct"] == 0.0
