@@ -283,7 +283,7 @@ def reference_markdown(catalog_file: Path = CATALOG_FILE,
         "- **spec default**: as the spec's table writes it (`-`: none).",
         "- **set in**: where the parameter lives here: a parameter (`train.verl.*`, "
         "`train.trl.*`, the shared `data` group, `data_prep`) or a catalog entry "
-        "(`conf/base/catalog.yml`; `kedro run --params NAME=...` sets the runtime parameter "
+        "(`conf/base/catalog.yml`; `--params NAME=...` of `kedro run` sets the runtime parameter "
         "named).",
         "- **our default**: the parameter model's default (the catalog's, for catalog "
         "entries); `conf/*/parameters*.yml` may set other values.",
@@ -369,7 +369,7 @@ OTHER_GROUPS = ("data_prep", "reward", "eval", "merge", "registry", "promote")
 
 def _groups_section() -> list[str]:
     lines = ["## The other groups", "",
-             "Every field of the other parameter groups (`kedro run --params "
+             "Every field of the other parameter groups (set one with `--params "
              "GROUP.FIELD=...`; a nested group's fields as `GROUP.NESTED.FIELD`). The `data` "
              "group's fields are in the spec sections above.", ""]
     for group in OTHER_GROUPS:

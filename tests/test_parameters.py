@@ -178,3 +178,18 @@ def test_the_overlong_buffer_must_lie_inside_the_response_cap() -> None:
                               "data.data_max_response_length (64)")
     groups["data"] = DataParams(data_max_response_length=256)
     assert cross_group_problems(groups) == []
+
+
+def test_a_code_data_source_under_a_builtin_reward_is_refused_before_any_stage() -> None:
+    """verl's default_compute_score would run the model's code for 'apps' on this machine."""
+    from rl_pipeline.params import DataPrepParams
+
+    groups = {"reward": RewardParams(), "data_prep": DataPrepParams(data_source="apps")}
+    (problem,) = cross_group_problems(groups)
+    assert problem.startswith("data_prep.data_source='apps': reward.custom_reward_function."
+                              "name=compute_score hands data_source 'apps' to verl's "
+                              "default_compute_score, whose scorer for it (prime_code) runs")
+    groups["reward"] = RewardParams(custom_reward_function={"path": "my_sandboxed.py"})
+    assert cross_group_problems(groups) == []
+    groups = {"reward": RewardParams(), "data_prep": DataPrepParams(data_source="exact_match")}
+    assert cross_group_problems(groups) == []

@@ -139,7 +139,9 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
     ("dataset_train_splt=bad.jsonl", "--params dataset_train_splt: nothing in --env cpu "
      "reads it", "no catalog entry of conf/base/, conf/cpu/ uses "
      "${runtime_params:dataset_train_splt}"),
-], ids=["bad_parameter", "bad_record", "missing_file", "unread_name"])
+    ("data_prep.data_source=apps,reward.self_test=off", "- data_prep.data_source='apps': ",
+     "(prime_code) runs the model's generated code on this machine, outside any sandbox"),
+], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host"])
 def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)

@@ -160,3 +160,49 @@ def test_the_reward_loop_pattern_runs_many_samples_at_once() -> None:
             for i in range(12)])
 
     assert asyncio.run(all_of_them()) == [1.0 if i == i % 3 else 0.0 for i in range(12)]
+
+
+CODE_ROWS = [{"data_source": "apps", "reward_model": {"ground_truth": '{"inputs": ["1"]}'},
+              "prompt": [{"role": "user", "content": "Write code."}], "extra_info": {}}] * 3
+
+
+@pytest.mark.parametrize("self_test", ["error", "off"])
+def test_code_that_verl_would_run_on_this_host_is_refused_before_any_scoring(
+        self_test: str) -> None:
+    """verl's default_compute_score runs 'apps' answers with prime_code on the host: the
+    self-test itself would run them, so the refusal comes first, whatever self_test says."""
+    from rl_pipeline.rewards.self_test import ModelCodeOnHostError, run_self_test
+
+    def must_not_score(*_):
+        raise AssertionError("scored a code row")
+
+    with pytest.raises(ModelCodeOnHostError) as caught:
+        run_self_test(must_not_score, CODE_ROWS, RewardParams(self_test=self_test))
+    message = str(caught.value)
+    assert message.startswith("reward.custom_reward_function.name=compute_score hands "
+                              "data_source 'apps' to verl's default_compute_score")
+    assert message.endswith("another data_prep.data_source (3 rows)")
+    assert "(prime_code) runs the model's generated code on this machine" in message
+    assert "reward.custom_reward_function" in message.split("Refused:")[1]
+
+
+def test_a_reward_of_your_own_may_score_code_rows(tmp_path: Path) -> None:
+    from rl_pipeline.rewards.self_test import run_self_test
+
+    report, _ = run_self_test(lambda *_: 1.0, CODE_ROWS, RewardParams(
+        self_test="warn", custom_reward_function={"path": str(tmp_path / "sandboxed.py")}))
+    assert set(report) == {"apps"}
+
+
+@pytest.mark.slow
+def test_verls_preflight_names_the_code_refusal_on_the_rewards_name(tokenizer) -> None:
+    from rl_pipeline.engines.verl.checks import check_reward
+
+    reward = RewardParams()
+    config = compose_verl_config(["data.max_response_length=64",
+                                  *reward_overrides(reward, None)])
+    problems, report = check_reward(config, tokenizer, CODE_ROWS, reward)
+    assert report == {} and len(problems) == 1
+    assert str(problems[0]).startswith("reward.custom_reward_function.name='compute_score': "
+                                       "reward.custom_reward_function.name=compute_score "
+                                       "hands data_source 'apps'")

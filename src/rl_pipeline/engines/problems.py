@@ -29,3 +29,9 @@ class PreflightError(ConfigError):
         self.problems = problems
         super().__init__(f"train preflight: {len(problems)} problem(s):\n"
                          + "\n".join(f"  - {p}" for p in problems))
+
+
+def model_code_problem(exc: Exception, function_name: str) -> Problem:
+    """The preflights' problem for a reward that would run model code on this machine
+    (:class:`~rl_pipeline.rewards.self_test.ModelCodeOnHostError`), on the reward's name."""
+    return Problem("name", function_name, str(exc), group="reward.custom_reward_function")

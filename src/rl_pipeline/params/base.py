@@ -83,7 +83,8 @@ def disagreeing_followers(groups: Mapping[str, Any]) -> list[str]:
 
 def cross_group_problems(groups: Mapping[str, Any]) -> list[str]:
     """Every rule over two groups that a group alone cannot check: the followers
-    (:func:`disagreeing_followers`) and the overlong buffer inside the response cap."""
+    (:func:`disagreeing_followers`), the overlong buffer inside the response cap, and no
+    data source whose built-in reward would run model code on this machine."""
     problems = disagreeing_followers(groups)
     buffer = _lookup(groups, "reward.overlong_buffer_len")
     cap = _lookup(groups, "data.data_max_response_length")
@@ -91,6 +92,12 @@ def cross_group_problems(groups: Mapping[str, Any]) -> list[str]:
         problems.append(f"reward.overlong_buffer_len={buffer}: must be below the response cap "
                         f"data.data_max_response_length ({cap}); DAPO uses a buffer of a "
                         "quarter of it or less")
+    source, reward = _lookup(groups, "data_prep.data_source"), groups.get("reward")
+    if source is not _ABSENT and reward is not None:
+        from rl_pipeline.params.reward import model_code_refusal  # it imports this module
+
+        if why := model_code_refusal(source, reward):
+            problems.append(f"data_prep.data_source={source!r}: {why}")
     return problems
 
 

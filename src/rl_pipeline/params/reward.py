@@ -69,3 +69,26 @@ class RewardParams(ParamGroup):
     def _yaml_off(cls, value: object) -> object:
         # YAML 1.1, which Kedro's loader and --params parse, reads `off` (and `no`) as false.
         return "off" if value is False else value
+
+
+# verl's default_compute_score runs the model's code for these data sources (prime_code)
+# unless it is handed a Sandbox Fusion URL, which the project's compute_score does not pass.
+CODE_EXECUTING_SOURCES = {"codecontests": "prime_code", "apps": "prime_code",
+                          "codeforces": "prime_code", "taco": "prime_code"}
+# The built-in rewards that hand a data_source they do not know to verl's default.
+FALLS_TO_VERL = frozenset({"compute_score", "gsm8k_format_credit"})
+
+
+def model_code_refusal(data_source: str, reward: RewardParams) -> str | None:
+    """Why ``reward`` must not score ``data_source``: it would run the model's generated code
+    on this machine, outside any sandbox; None when it would not."""
+    fn = reward.custom_reward_function
+    if fn.path or fn.name not in FALLS_TO_VERL or data_source not in CODE_EXECUTING_SOURCES:
+        return None
+    return (f"reward.custom_reward_function.name={fn.name} hands data_source "
+            f"{data_source!r} to verl's default_compute_score, whose scorer for it "
+            f"({CODE_EXECUTING_SOURCES[data_source]}) runs the model's generated code on this "
+            "machine, outside any sandbox. Refused: this project has no sandbox setting yet. "
+            "To train on code, set reward.custom_reward_function to a reward that runs the "
+            "code in a sandbox of yours (e.g. verl's sandbox_fusion.compute_score with a "
+            "Sandbox Fusion URL), or prepare the data under another data_prep.data_source")

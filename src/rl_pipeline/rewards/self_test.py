@@ -52,6 +52,27 @@ _FIX = ("set data_prep.data_source to a value whose scorer reads these answers (
         "reward.self_test=warn only warns")
 
 
+class ModelCodeOnHostError(UserError, ValueError):
+    """The reward would run model-generated code on this machine, outside any sandbox."""
+
+
+def refuse_model_code_on_host(rows: Sequence[dict[str, Any]], reward: RewardParams) -> None:
+    """Raise :class:`ModelCodeOnHostError` when the reward would execute model output here:
+    a data source that verl's ``default_compute_score`` scores by running the code
+    (:func:`rl_pipeline.params.reward.model_code_refusal`), reached through a built-in
+    reward. It holds whatever
+    ``reward.self_test`` says: the self-test itself would run the code."""
+    from rl_pipeline.params.reward import model_code_refusal
+
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[str(row["data_source"])] = counts.get(str(row["data_source"]), 0) + 1
+    refused = [f"{why} ({n} rows)" for source, n in sorted(counts.items())
+               if (why := model_code_refusal(source, reward))]
+    if refused:
+        raise ModelCodeOnHostError("\n".join(refused))
+
+
 class RewardSelfTestError(UserError, ValueError):
     """The reward does not score this data's ground truths as correct (or wrong answers as
     wrong). The message names the data source, the scorer, example rows and what to change."""
@@ -158,9 +179,13 @@ def run_self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
     """:func:`self_test` as ``reward.self_test`` asks: skipped ('off'), logged ('warn') or
     returned as failures that must stop the run ('error').
 
+    First, whatever ``reward.self_test`` says, data the reward would score by running the
+    model's code on this machine is refused (:func:`refuse_model_code_on_host`).
+
     Returns:
         The report per data source, and ``(data_source, message)`` per failure to stop on.
     """
+    refuse_model_code_on_host(rows, reward)
     if reward.self_test == "off":
         return {"skipped": "reward.self_test=off"}, []
     fn = reward.custom_reward_function

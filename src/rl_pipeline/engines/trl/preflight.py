@@ -8,13 +8,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from rl_pipeline.engines.problems import PreflightError, Problem
+from rl_pipeline.engines.problems import PreflightError, Problem, model_code_problem
 from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import plain
 from rl_pipeline.params import RewardParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.rewards import build_reward
-from rl_pipeline.rewards.self_test import run_self_test
+from rl_pipeline.rewards.self_test import ModelCodeOnHostError, run_self_test
 
 
 def check_trl(params: TrlParams, train_rows: int, processes: int = 1) -> list[Problem]:
@@ -84,6 +84,8 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
                 {**(plain(row.get("extra_info")) or {}), **facts}), rows, reward)
         problems += [Problem("data_source", source, message, group="data_prep")
                      for source, message in failed]
+    except ModelCodeOnHostError as exc:
+        problems.append(model_code_problem(exc, reward.custom_reward_function.name))
     except Exception as exc:  # user code: anything can come out
         problems.append(Problem("name", reward.custom_reward_function.name, f"a reward "
                                 f"function that scores the training rows: {exc!r}",

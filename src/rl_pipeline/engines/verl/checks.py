@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rl_pipeline.engines.problems import Problem
+from rl_pipeline.engines.problems import Problem, model_code_problem
 from rl_pipeline.models.tokenizer import chat_prompt_ids
 from rl_pipeline.params import RewardParams
-from rl_pipeline.rewards.self_test import run_self_test
+from rl_pipeline.rewards.self_test import ModelCodeOnHostError, run_self_test
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,8 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
 
     try:
         report, failed = run_self_test(score, rows, reward)
+    except ModelCodeOnHostError as exc:
+        return [model_code_problem(exc, reward.custom_reward_function.name)], {}
     except Exception as exc:
         return [Problem("name", _reward_name(config), f"a reward function that scores "
                         f"{rows[0]['data_source']!r} rows: it raised {exc!r}",
