@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
+from rl_pipeline.engines.verl.config import reward_overrides
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import (
     OverlongPenalty,
@@ -152,11 +153,15 @@ def test_the_reward_group_builds_one_reward_for_trainers_and_eval() -> None:
     assert built("openai/gsm8k", right, "72", response_facts(10, 64, False)) == 1.0
     # 56 of 64 tokens: half-way into the 16-token buffer.
     assert built("openai/gsm8k", right, "72", response_facts(56, 64, False)) == 0.5
-    # verl's entry point, with the group's settings as verl passes them (reward_kwargs):
-    # the score, and the parts verl keeps per sample (reward_extra_info).
+    # verl's entry point, with the group as verl passes it (reward_kwargs: the group as
+    # JSON, from the same model): the score, and the parts verl keeps per sample
+    # (reward_extra_info).
+    overrides = reward_overrides(reward, None)
+    (group,) = [o.split("=", 1)[1].strip("'") for o in overrides
+                if o.startswith("+reward.custom_reward_function.reward_kwargs.")]
+    assert RewardParams.model_validate_json(group) == reward
     assert verl_reward("openai/gsm8k", right, "72", response_facts(56, 64, False),
-                       reward_name="gsm8k_format_credit", overlong_buffer_len=16,
-                       overlong_penalty_factor=1.0, timeout_s=10.0) == {
+                       reward=group) == {
         "score": 0.5, "reward_function": 1.0, "overlong_penalty": -0.5,
         "reward_error": 0.0, "reward_timeout": 0.0}
 

@@ -290,16 +290,16 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> SafeReward
 
 
 def verl_reward(data_source: str, solution_str: str, ground_truth: str,
-                extra_info: dict | None = None, *, reward_path: str | None = None,
-                reward_name: str = "compute_score", strict: bool = False,
-                overlong_buffer_len: int = 0, overlong_penalty_factor: float = 1.0,
-                timeout_s: float | None = None, **_: Any) -> dict[str, float]:
+                extra_info: dict | None = None, *, reward: str = "{}",
+                **_: Any) -> dict[str, float]:
     """The reward as verl's reward loop calls it (``reward.custom_reward_function``).
 
-    verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments: they name the
-    ``reward`` group's function and settings; it is loaded once per worker and wrapped in
-    :class:`SafeReward`, so the verl engine scores exactly as eval and the trl engine do.
-    ``extra_info`` carries the response's length and truncation
+    verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments; ours hold one,
+    ``reward``: the whole ``reward`` group as JSON
+    (:func:`rl_pipeline.engines.verl.config.reward_overrides`). It is rebuilt once per worker
+    by :func:`build_reward`, the road eval and the trl engine take, so the verl engine scores
+    exactly as they do, with no second set of defaults. ``extra_info`` carries the
+    response's length and truncation
     (:class:`~rl_pipeline.engines.verl.reward_manager.ResponseFactsRewardManager`). Other
     keyword arguments verl adds (a reward-model router) are not used.
 
@@ -307,18 +307,16 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
         ``score`` (the reward) and the reward's parts (:meth:`Scored.parts`), which verl
         keeps per sample as ``reward_extra_info``: the trainer logs them per step.
     """
-    scored = _safe_reward(reward_path, reward_name, strict, overlong_buffer_len,
-                          overlong_penalty_factor, timeout_s).score(
-        data_source, solution_str, ground_truth, extra_info)
+    scored = _reward_from_json(reward).score(data_source, solution_str, ground_truth,
+                                             extra_info)
     return {"score": scored.reward, **scored.parts()}
 
 
 @functools.cache
-def _safe_reward(path: str | None, name: str, strict: bool, buffer_len: int,
-                 factor: float, timeout_s: float | None) -> SafeReward:
-    return SafeReward(load_reward_function(path, name), strict,
-                      OverlongPenalty(buffer_len, factor), source=(path, name),
-                      timeout_s=timeout_s)
+def _reward_from_json(text: str) -> SafeReward:
+    from rl_pipeline.params import RewardParams
+
+    return build_reward(RewardParams.model_validate_json(text))
 
 
 @functools.cache

@@ -89,7 +89,8 @@ def test_a_custom_reward_file_travels_with_the_job(shared, tmp_path) -> None:
     config = plan.config
     assert str(reward) in config.ray_kwargs.ray_init.runtime_env.py_modules
     kwargs = config.reward.custom_reward_function.reward_kwargs
-    assert kwargs.reward_path == "pkg://my_reward"
+    shipped = RewardParams.model_validate_json(kwargs.reward).custom_reward_function
+    assert (shipped.path, shipped.name) == ("pkg://my_reward", "compute_score")
     # Checked on this machine through the file itself: the reward self-test passed.
     assert plan.report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0
 

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_pipeline.engines.problems import Problem, model_code_problem
+from rl_pipeline.engines.verl.config import reward_json
 from rl_pipeline.models.tokenizer import chat_prompt_ids
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards.self_test import ModelCodeOnHostError, run_self_test
@@ -117,10 +118,11 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
     where = "reward.custom_reward_function"
     checked = copy.deepcopy(config)
     with open_dict(checked):
-        # Raise instead of scoring 0, so that a broken reward shows here.
-        checked.reward.custom_reward_function.reward_kwargs.strict = True
-        if reward_path:
-            checked.reward.custom_reward_function.reward_kwargs.reward_path = reward_path
+        # Raise instead of scoring 0, so that a broken reward shows here; the file as this
+        # machine sees it, where verl's workers import a shipped module.
+        kwargs = checked.reward.custom_reward_function.reward_kwargs
+        shipped = RewardParams.model_validate_json(kwargs.reward).custom_reward_function.path
+        kwargs.reward = reward_json(reward, path=reward_path or shipped, strict=True)
     try:
         manager = load_reward_manager(checked, tokenizer)
     except Exception as exc:
@@ -228,4 +230,6 @@ def reward_sample(tokenizer: Any, row: dict[str, Any], response: str) -> Any:
 
 def _reward_name(config: DictConfig) -> str:
     kwargs = config.reward.custom_reward_function.get("reward_kwargs") or {}
-    return kwargs.get("reward_name") or config.reward.custom_reward_function.name
+    if "reward" in kwargs:
+        return RewardParams.model_validate_json(kwargs.reward).custom_reward_function.name
+    return config.reward.custom_reward_function.name

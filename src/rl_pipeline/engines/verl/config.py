@@ -152,7 +152,8 @@ class LaunchInputs:
 
 def reward_overrides(reward: RewardParams, reward_path: str | None) -> list[str]:
     """verl's reward settings for the ``reward`` group: our entry point (:data:`REWARD_ENTRY`)
-    with the group's settings as its ``reward_kwargs``, loaded by our reward manager.
+    with the whole group, as JSON, its one ``reward_kwargs`` entry (:func:`reward_json`),
+    loaded by our reward manager.
 
     Args:
         reward: The ``reward`` group.
@@ -161,18 +162,23 @@ def reward_overrides(reward: RewardParams, reward_path: str | None) -> list[str]
     """
     from rl_pipeline.engines.verl.reward_manager import OVERRIDES as REWARD_MANAGER_OVERRIDES
 
-    kwargs = "+reward.custom_reward_function.reward_kwargs"
+    group = reward_json(reward, path=reward_path)
     return [
         f"reward.custom_reward_function.path={_hydra_value(REWARD_ENTRY[0])}",
         f"reward.custom_reward_function.name={REWARD_ENTRY[1]}",
-        f"{kwargs}.reward_path={_hydra_value(reward_path)}",
-        f"{kwargs}.reward_name={_hydra_value(reward.custom_reward_function.name)}",
-        f"{kwargs}.strict={_hydra_value(reward.strict)}",
-        f"{kwargs}.overlong_buffer_len={reward.overlong_buffer_len}",
-        f"{kwargs}.overlong_penalty_factor={reward.overlong_penalty_factor}",
-        f"{kwargs}.timeout_s={_hydra_value(reward.timeout_s)}",
+        f"+reward.custom_reward_function.reward_kwargs.reward={_hydra_value(group)}",
         *REWARD_MANAGER_OVERRIDES,
     ]
+
+
+def reward_json(reward: RewardParams, *, path: str | None, strict: bool | None = None) -> str:
+    """The ``reward`` group as :func:`rl_pipeline.rewards.scoring.verl_reward` reads it back:
+    its file as verl's workers see it (``path``), and ``strict`` when a check overrides it."""
+    fn = reward.custom_reward_function.model_copy(update={"path": path})
+    update: dict[str, Any] = {"custom_reward_function": fn}
+    if strict is not None:
+        update["strict"] = strict
+    return reward.model_copy(update=update).model_dump_json()
 
 
 def resume_overrides(resume: str) -> list[str]:
