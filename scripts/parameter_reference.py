@@ -364,19 +364,22 @@ def _ours_section() -> list[str]:
 
 
 # The groups with no spec parameters of their own, in the order a run meets them.
-OTHER_GROUPS = ("data_prep", "reward", "eval", "merge", "registry", "promote")
+OTHER_GROUPS = ("data", "data_prep", "reward", "eval", "merge", "registry", "promote")
 
 
 def _groups_section() -> list[str]:
     lines = ["## The other groups", "",
              "Every field of the other parameter groups (set one with `--params "
-             "GROUP.FIELD=...`; a nested group's fields as `GROUP.NESTED.FIELD`). The `data` "
-             "group's fields are in the spec sections above.", ""]
+             "GROUP.FIELD=...`; a nested group's fields as `GROUP.NESTED.FIELD`). The fields "
+             "that the spec sections above hold are left out here.", ""]
     for group in OTHER_GROUPS:
         model = PARAMETER_GROUPS[group]
         lines += [f"### `{group}`", "", (model.__doc__ or "").strip().splitlines()[0], "",
                   "| parameter | default | description |", "| --- | --- | --- |"]
+        specs = {name for spec in SPECS for name in spec.defaults()}
         for where, field in _fields(group, model):
+            if where.split(".")[-1] in specs:
+                continue
             lines.append(_row([f"`{where}`", _code(_fmt(_default(field))),
                                (field.description or "").removeprefix("Ours. ")]))
         lines.append("")

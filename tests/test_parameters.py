@@ -3,6 +3,7 @@ change, parameters that mean one thing follow one owner, and Kedro validates the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -136,6 +137,9 @@ def _other_value(path: str, avoid: Any = None) -> Any:
         return "sglang" if avoid != "sglang" else "trtllm"
     if isinstance(default, float):
         return 0.5 if avoid != 0.5 else 0.4
+    if isinstance(default, dict):
+        thinking = {"enable_thinking": False}
+        return thinking if avoid != thinking else {"enable_thinking": True}
     return 64 if avoid != 64 else 32
 
 
@@ -193,3 +197,16 @@ def test_a_code_data_source_under_a_builtin_reward_is_refused_before_any_stage()
     assert cross_group_problems(groups) == []
     groups = {"reward": RewardParams(), "data_prep": DataPrepParams(data_source="exact_match")}
     assert cross_group_problems(groups) == []
+
+
+
+@pytest.mark.parametrize(("terms", "extra", "message"), [
+    ([{"name": "compute_score"}], {"custom_reward_function": {"name": "strict_gsm8k"}},
+     "reward.terms and reward.custom_reward_function are both set"),
+    ([{"name": "compute_score"}, {"name": "compute_score", "weight": 2}], {},
+     "the label(s) ['compute_score'] name several terms"),
+    ([{"name": "compute_score", "label": "is right?"}], {}, "letters, digits and _ only"),
+])
+def test_reward_terms_are_checked(terms, extra, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        RewardParams.model_validate({"terms": terms, **extra})

@@ -14,6 +14,7 @@ of eval results), so the folder can be pushed to a hub as it is.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,7 @@ def card_facts(metadata: dict[str, Any], name: str, license: str,
         "steps": run.get("steps"), "lora": metadata.get("lora"),
         "train_run_id": run.get("weights_run_id") or run.get("mlflow_run_id"),
         "identity": run.get("identity"),
+        "chat_template_kwargs": run.get("chat_template_kwargs") or {},
         "prompts": prompts.get("versions", {}), "rows": prompts.get("rows", {}),
         "data_sources": prompts.get("data_sources") or [],
         "kind": metadata.get("kind"), "dtype": metadata.get("dtype"),
@@ -195,6 +197,9 @@ def render_card(facts: dict[str, Any], results: dict[str, Any] | None = None) ->
         f"{facts['steps']}",
         f"- weights: {weights} ({facts['kind']}, {facts['dtype']})",
         f"- train run (MLflow): `{facts['train_run_id']}`, run identity `{facts['identity']}`",
+        *([f"- chat template arguments: `{json.dumps(facts['chat_template_kwargs'])}`: it "
+           "was trained on prompts made with them; pass them to `apply_chat_template`"]
+          if facts.get("chat_template_kwargs") else []),
         "", "## Data", "",
         *[f"- {name}: version `{version}`"
           + (f", {facts['rows'][name]} rows" if name in facts["rows"] else "")

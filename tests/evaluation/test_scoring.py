@@ -110,3 +110,18 @@ def test_trained_versus_base_per_source(reward_file) -> None:
     for c in (compared["mean_reward"], *(v["mean_reward"] for v in by.values())):
         assert c["ci_low"] <= c["delta"] <= c["ci_high"]
         assert not math.isnan(c["sd_diff"])
+
+
+def test_eval_reports_each_weighted_terms_mean_per_model() -> None:
+    reward = eval_reward(RewardParams.model_validate({"terms": [
+        {"name": "compute_score", "label": "correct"},
+        {"name": "well_formed", "weight": 0.1, "label": "format"}]}))
+    generations = [Generation(0, 0, "#### 72", tokens=5, truncated=False),
+                   Generation(0, 1, "So 72.", tokens=5, truncated=False),
+                   Generation(1, 0, "#### 11", tokens=5, truncated=False),
+                   Generation(1, 1, "#### 10", tokens=5, truncated=False)]
+    frame = score_generations(PROMPTS.iloc[:2], generations, "trained", reward, 64)
+    assert frame["reward"].tolist() == pytest.approx([1.1, 0.0, 0.1, 1.1])
+    metrics = model_metrics(frame, resamples=100)
+    assert metrics["mean_term_correct"] == 0.5
+    assert metrics["mean_term_format"] == 0.75

@@ -13,6 +13,7 @@ from rl_pipeline.rewards.self_test import (
     ideal_response,
     run_self_test,
     scorer_for,
+    self_test,
     wrong_answer,
 )
 
@@ -99,3 +100,18 @@ def test_ideal_and_wrong_responses() -> None:
     assert wrong_answer(r"\frac{1}{2}") == r"\frac{1}{2}+1"
     assert "chosen by data_source 'openai/gsm8k'" in scorer_for("openai/gsm8k",
                                                                 "compute_score")
+
+
+def test_the_self_test_checks_a_weighted_reward_and_reports_each_term() -> None:
+
+    reward = build_reward(RewardParams.model_validate({"terms": [
+        {"name": "compute_score", "label": "correct"},
+        {"name": "well_formed", "weight": 0.1, "label": "format"}]}))
+    rows = [{"data_source": "openai/gsm8k", "reward_model": {"ground_truth": str(n)}}
+            for n in (3, 18, 72)]
+    report = self_test(lambda row, response, facts: reward.score(
+        row["data_source"], response, row["reward_model"]["ground_truth"], facts),
+        rows, 1.0, "compute_score")["openai/gsm8k"]
+    assert report["passed"] and report["gold_correct"] == 1.0
+    assert report["terms"] == {"correct": {"gold": 1.0, "wrong": 0.0},
+                               "format": {"gold": 1.0, "wrong": 1.0}}

@@ -36,7 +36,11 @@ CASES = {
     "exact_match": ("exact_match", "It is in France.\nAnswer: Paris.", "Answer: Lyon",
                     "paris"),
     "choice": ("choice", "Paris is in France, so (b).", "So the answer is A.", "B"),
+    "well_formed": ("openai/gsm8k", "24 + 48 = 72\n#### 72", "#### 72\n#### 70", "72"),
 }
+# A reward of two weighted terms: correctness and a small format credit.
+TERMS = {"terms": [{"name": "compute_score", "label": "correct"},
+                   {"name": "well_formed", "weight": 0.1, "label": "format"}]}
 HANG = """
 def score(data_source, solution_str, ground_truth, extra_info=None):
     while "hang" in solution_str:
@@ -206,3 +210,41 @@ def test_verls_preflight_names_the_code_refusal_on_the_rewards_name(tokenizer) -
     assert str(problems[0]).startswith("reward.custom_reward_function.name='compute_score': "
                                        "reward.custom_reward_function.name=compute_score "
                                        "hands data_source 'apps'")
+
+
+@pytest.mark.slow
+def test_weighted_terms_score_and_report_each_term_through_verls_reward_manager(
+        verl_manager, tokenizer) -> None:
+    manager = verl_manager(RewardParams.model_validate(TERMS))
+    right = _run_single(manager, tokenizer, "openai/gsm8k", "24 + 48 = 72\n#### 72", "72")
+    wrong = _run_single(manager, tokenizer, "openai/gsm8k", "24 + 48 = 70\n#### 70", "72")
+    assert right["reward_score"] == pytest.approx(1.1)
+    assert wrong["reward_score"] == pytest.approx(0.1)
+    assert {k: wrong["reward_extra_info"][k] for k in ("term_correct", "term_format")} == {
+        "term_correct": 0.0, "term_format": 1.0}
+
+
+def test_trl_logs_each_weighted_term_per_step() -> None:
+    from rl_pipeline.engines.trl.inputs import TrlReward
+
+    logged: dict[str, float] = {}
+    reward = TrlReward(RewardParams.model_validate(TERMS), stop_ids=[0],
+                       max_completion_length=16)
+    scores = reward([[{"role": "user", "content": "24 + 48?"}]] * 2,
+                    ["24 + 48 = 72\n#### 72", "24 + 48 = 70\n#### 70"], ["openai/gsm8k"] * 2,
+                    ["72"] * 2, ["{}"] * 2, completion_ids=[[5, 0], [5, 0]],
+                    log_metric=lambda name, value: logged.__setitem__(name, value))
+    assert scores == pytest.approx([1.1, 0.1])
+    assert logged[PREFIX + "term_correct/mean"] == 0.5
+    assert logged[PREFIX + "term_format/mean"] == 1.0
+
+
+def test_a_term_that_raises_scores_zero_alone_and_is_counted(tmp_path: Path) -> None:
+    (tmp_path / "boom.py").write_text("def boom(*args, **kwargs):\n    raise KeyError(1)\n")
+    reward = build_reward(RewardParams.model_validate({"terms": [
+        {"name": "compute_score", "label": "correct"},
+        {"name": "boom", "path": str(tmp_path / "boom.py"), "weight": 0.5}]}))
+    scored = reward.score("openai/gsm8k", "#### 72", "72")
+    assert (scored.reward, scored.extra) == (1.0, {"term_correct": 1.0, "term_boom": 0.0})
+    assert scored.parts()["reward_error"] == 1.0 and "boom: KeyError" in scored.error
+    assert reward.errors == 1

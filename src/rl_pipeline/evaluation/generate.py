@@ -14,7 +14,7 @@ import resource
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,6 +48,8 @@ class SamplingSettings:
     top_k: int = -1  # -1: no top-k (the spec's vLLM convention)
     seed: int = 42
     min_new_tokens: int = 0  # > 0 suppresses end-of-sequence until then (throughput tests)
+    # data.data_apply_chat_template_kwargs: the template's arguments, as in training
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def samples(self) -> int:
@@ -204,7 +206,8 @@ class HFGenerator:
         from transformers import GenerationConfig
 
         texts = self.tokenizer.apply_chat_template(list(conversations), tokenize=False,
-                                                   add_generation_prompt=True)
+                                                   add_generation_prompt=True,
+                                                   **settings.chat_template_kwargs)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
         config = GenerationConfig(
             max_new_tokens=settings.max_new_tokens,
@@ -301,7 +304,8 @@ def generate_vllm(model_path: str, conversations: Sequence[Conversation],
         top_p=1.0 if settings.greedy else settings.top_p,
         top_k=-1 if settings.greedy else settings.top_k,
     )
-    results = llm.chat(list(conversations), params, use_tqdm=True)
+    results = llm.chat(list(conversations), params, use_tqdm=True,
+                       chat_template_kwargs=settings.chat_template_kwargs or None)
     return [Generation(p, s, c.text, len(c.token_ids), c.finish_reason == "length")
             for p, result in enumerate(results) for s, c in enumerate(result.outputs)]
 
@@ -324,4 +328,5 @@ def sampling_settings(params: EvalParams, shared: DataParams) -> SamplingSetting
                               shared.data_max_response_length),
         n_samples=params.n_samples, greedy=params.greedy,
         temperature=params.rollout_val_temperature, top_p=params.rollout_val_top_p,
-        top_k=params.rollout_val_top_k, seed=params.seed)
+        top_k=params.rollout_val_top_k, seed=params.seed,
+        chat_template_kwargs=dict(shared.data_apply_chat_template_kwargs))

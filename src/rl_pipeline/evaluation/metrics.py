@@ -143,14 +143,17 @@ def model_metrics(generations: pd.DataFrame,
         ``strict_pass_at_<k>``, ``flexible_pass_at_<k>``, ``strict_format_rate`` (over GSM8K
         prompts; None when there are none), ``truncation_rate``, ``repetition_rate``,
         ``no_reasoning_rate``, ``mean_response_tokens``, ``prompts``, ``gsm8k_prompts``,
-        ``samples_per_prompt``, ``reward_errors``, ``reward_timeouts`` and the same per data
-        source in ``by_data_source``.
+        ``samples_per_prompt``, ``reward_errors``, ``reward_timeouts``, with ``reward.terms``
+        each term's mean (``mean_term_<label>``), and the same per data source in
+        ``by_data_source``.
     """
     if per_prompt is None:
         per_prompt = per_prompt_scores(generations, pass_k, correct_reward)
     metrics = _summary(per_prompt, resamples, seed)
     for column, name in (("reward_error", "reward_errors"), ("reward_timeout", "reward_timeouts")):
         metrics[name] = int(generations[column].sum()) if column in generations else 0
+    for column in sorted(c for c in generations.columns if c.startswith("term_")):
+        metrics[f"mean_{column}"] = float(generations[column].mean())  # reward.terms
     metrics["by_data_source"] = {
         str(source): _summary(per_prompt[per_prompt["data_source"] == source], resamples, seed)
         for source in sorted(per_prompt["data_source"].unique())}

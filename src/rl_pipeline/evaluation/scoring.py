@@ -12,17 +12,18 @@ from rl_pipeline.evaluation.answers import extract_answer
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict_match, strict_score
 from rl_pipeline.params import RewardParams
-from rl_pipeline.rewards import SafeReward, build_reward
+from rl_pipeline.rewards import Reward, build_reward
 from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive, response_facts
+from rl_pipeline.rewards.scoring import TERM
 
 
-def eval_reward(reward: RewardParams) -> SafeReward:
+def eval_reward(reward: RewardParams) -> Reward:
     """The ``reward`` group's function, as training uses it."""
     return build_reward(reward)
 
 
 def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], label: str,
-                      reward: SafeReward, max_new_tokens: int) -> pd.DataFrame:
+                      reward: Reward, max_new_tokens: int) -> pd.DataFrame:
     """One row per generation: the prompt, the response, its reward and correctness.
 
     Args:
@@ -43,7 +44,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         ``strict_format`` (1.0 when strict-match finds a ``#### <number>`` answer, right or
         wrong; GSM8K sources only, else NaN), ``answer`` (the extracted answer that
         majority voting counts; None: no answer), and the degeneration flags of
-        :mod:`rl_pipeline.rewards.form`: ``repetitive`` and ``no_reasoning``.
+        :mod:`rl_pipeline.rewards.form`: ``repetitive`` and ``no_reasoning``; with
+        ``reward.terms``, each term's score (``term_<label>``).
     """
     rows = []
     for g in generations:
@@ -68,6 +70,7 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
             "answer": extract_answer(source, g.text, scored.pred),
             "repetitive": is_repetitive(g.text),
             "no_reasoning": has_no_reasoning(g.text),
+            **{k: v for k, v in scored.extra.items() if k.startswith(TERM)},
         })
     return pd.DataFrame(rows)
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 
-def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(source: str | Path,
+                   template_kwargs: Mapping[str, Any] | None = None) -> PreTrainedTokenizerBase:
     """Load a fast tokenizer that carries a chat template.
 
     Args:
         source: A Hugging Face model folder with tokenizer files (``base_model`` resolves any
             model input to one).
+        template_kwargs: ``data.data_apply_chat_template_kwargs``: bound to this tokenizer's
+            ``apply_chat_template`` (:func:`bind_template_kwargs`).
 
     Returns:
         The tokenizer.
@@ -33,6 +37,21 @@ def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
     if not tokenizer.chat_template:
         raise ValueError(f"{path}: the tokenizer has no chat template; prompts are chat "
                          "messages, so the model needs one")
+    return bind_template_kwargs(tokenizer, template_kwargs)
+
+
+def bind_template_kwargs(tokenizer: PreTrainedTokenizerBase,
+                         template_kwargs: Mapping[str, Any] | None) -> PreTrainedTokenizerBase:
+    """``tokenizer`` whose ``apply_chat_template`` passes ``template_kwargs`` to the template
+    on every call (a caller's own keyword arguments win).
+
+    transformers keeps no default template arguments on a tokenizer, and the length filter,
+    the checks and eval's generator call ``apply_chat_template`` in many places: binding
+    them once makes every prompt the rollouts see (verl's apply_chat_template_kwargs, TRL's
+    chat_template_kwargs) the prompt they count."""
+    if template_kwargs:
+        tokenizer.apply_chat_template = functools.partial(  # type: ignore[method-assign]
+            type(tokenizer).apply_chat_template, tokenizer, **dict(template_kwargs))
     return tokenizer
 
 

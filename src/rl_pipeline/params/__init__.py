@@ -25,7 +25,7 @@ from rl_pipeline.params.data import DataParams, DataPrepParams, FewShotExample
 from rl_pipeline.params.eval import EvalParams
 from rl_pipeline.params.merge import MergeParams
 from rl_pipeline.params.registry import PromoteParams, RegistryParams
-from rl_pipeline.params.reward import CustomRewardFunction, RewardParams
+from rl_pipeline.params.reward import CustomRewardFunction, RewardParams, RewardTerm
 from rl_pipeline.params.train import TrainParams
 
 # Every parameter group, by its key in conf/*/parameters*.yml.
@@ -35,5 +35,6 @@ PARAMETER_GROUPS: dict[str, type[ParamGroup]] = {
 
 __all__ = ["FOLLOWERS", "PARAMETER_GROUPS", "ConfigError", "CustomRewardFunction", "DataParams",
            "DataPrepParams", "EvalParams", "FewShotExample", "Follower", "MergeParams",
-           "ParamGroup", "PromoteParams", "RegistryParams", "RewardParams", "TrainParams",
+           "ParamGroup", "PromoteParams", "RegistryParams", "RewardParams", "RewardTerm",
+           "TrainParams",
            "cross_group_problems", "disagreeing_followers", "follow"]

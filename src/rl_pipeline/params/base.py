@@ -45,6 +45,7 @@ FOLLOWERS: tuple[Follower, ...] = (
              "train.verl.rollout_gpu_memory_utilization"),
     Follower("train.trl.max_prompt_length", "data.data_max_prompt_length"),
     Follower("train.trl.max_completion_length", "data.data_max_response_length"),
+    Follower("train.trl.chat_template_kwargs", "data.data_apply_chat_template_kwargs"),
     Follower("eval.max_new_tokens", "data.data_max_response_length"),
     Follower("eval.vllm_gpu_memory_utilization", "train.verl.rollout_gpu_memory_utilization"),
     Follower("eval.correct_reward", "reward.correct_score"),

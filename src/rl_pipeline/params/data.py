@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -10,7 +10,8 @@ from rl_pipeline.params.base import ParamGroup
 
 
 class DataParams(ParamGroup):
-    """The spec's ``data_*`` parameters: one value shared by data_prep and the trainers."""
+    """The spec's ``data_*`` parameters and the chat template's arguments: one value shared
+    by data_prep, the trainers and eval."""
 
     group: ClassVar[str] = "data"
 
@@ -35,6 +36,14 @@ class DataParams(ParamGroup):
     )
     data_image_key: str = Field(
         "images", description="Column holding a record's images (multimodal data)."
+    )
+    data_apply_chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Ours. Keyword arguments for the chat template, e.g. {enable_thinking: "
+        "false} for Qwen3-class models: used alike by data_prep's length filter, both "
+        "trainers' rollouts (verl's data.apply_chat_template_kwargs, TRL's "
+        "chat_template_kwargs), the preflights and eval, and written into the merged model's "
+        "card.",
     )
 
 

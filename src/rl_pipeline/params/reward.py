@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rl_pipeline.params.base import ParamGroup
 
@@ -27,6 +28,25 @@ class CustomRewardFunction(ParamGroup):
         "ground_truth, extra_info=None) -> float | dict with 'score'; extra_info carries "
         "response_length, max_response_length and truncated.",
     )
+
+
+class RewardTerm(ParamGroup):
+    """One weighted term of a reward made of several (``reward.terms``)."""
+
+    name: str = Field(
+        ..., description="A built-in reward (the names custom_reward_function.name takes; "
+        "well_formed pays 1.0 for a well-formed '#### <number>' response) or the function in "
+        "path.")
+    path: str | None = Field(None, description="A Python file defining the function; null for "
+                             "a built-in.")
+    weight: float = Field(1.0, description="The term's weight in the sum.")
+    label: str | None = Field(
+        None, description="The term's name in the metrics (term_<label>, per training step and "
+        "per model in eval): letters, digits and _; default: name.")
+
+    @property
+    def metric(self) -> str:
+        return self.label or self.name
 
 
 class RewardParams(ParamGroup):
@@ -64,6 +84,39 @@ class RewardParams(ParamGroup):
         "rows; 'warn' logs it; 'off' skips it (YAML and `--params reward.self_test=off` read an "
         "unquoted off as false: that means off too).")
 
+    terms: list[RewardTerm] = Field(
+        default_factory=list, description="A reward of several weighted terms, e.g. "
+        "[{name: compute_score, label: correct}, {name: well_formed, weight: 0.1, label: "
+        "format}]: the reward is the weighted sum of the terms (plus the overlong penalty); "
+        "each term is contained (its time limit, errors scored 0 and counted) and logged "
+        "apart, per training step and per model in eval. Empty: the one "
+        "custom_reward_function. Set one or the other.")
+
+    @model_validator(mode="after")
+    def _terms_or_function(self) -> RewardParams:
+        if not self.terms:
+            return self
+        if self.custom_reward_function != CustomRewardFunction():
+            raise ValueError("reward.terms and reward.custom_reward_function are both set: "
+                             "set one (a function of your own can be a term: {name: ..., "
+                             "path: ...})")
+        labels = [t.metric for t in self.terms]
+        bad = [m for m in labels if not re.fullmatch(r"[A-Za-z0-9_]+", m)]
+        if bad:
+            raise ValueError(f"reward.terms labels {bad}: letters, digits and _ only (they "
+                             "name metrics); set label")
+        twice = sorted({m for m in labels if labels.count(m) > 1})
+        if twice:
+            raise ValueError(f"reward.terms: the label(s) {twice} name several terms; give "
+                             "each a label of its own")
+        return self
+
+    def functions(self) -> list[tuple[str | None, str]]:
+        """(path, name) of every function the reward calls: its terms, or its one function."""
+        if self.terms:
+            return [(t.path, t.name) for t in self.terms]
+        return [(self.custom_reward_function.path, self.custom_reward_function.name)]
+
     @field_validator("self_test", mode="before")
     @classmethod
     def _yaml_off(cls, value: object) -> object:
@@ -82,10 +135,13 @@ FALLS_TO_VERL = frozenset({"compute_score", "gsm8k_format_credit"})
 def model_code_refusal(data_source: str, reward: RewardParams) -> str | None:
     """Why ``reward`` must not score ``data_source``: it would run the model's generated code
     on this machine, outside any sandbox; None when it would not."""
-    fn = reward.custom_reward_function
-    if fn.path or fn.name not in FALLS_TO_VERL or data_source not in CODE_EXECUTING_SOURCES:
+    if data_source not in CODE_EXECUTING_SOURCES:
         return None
-    return (f"reward.custom_reward_function.name={fn.name} hands data_source "
+    names = [name for path, name in reward.functions() if not path and name in FALLS_TO_VERL]
+    if not names:
+        return None
+    where = "reward.terms" if reward.terms else "reward.custom_reward_function.name"
+    return (f"{where}={names[0]} hands data_source "
             f"{data_source!r} to verl's default_compute_score, whose scorer for it "
             f"({CODE_EXECUTING_SOURCES[data_source]}) runs the model's generated code on this "
             "machine, outside any sandbox. Refused: this project has no sandbox setting yet. "

@@ -16,7 +16,7 @@ How each parameter reaches TRL's ``GRPOConfig``: :mod:`rl_pipeline.engines.trl.c
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -52,6 +52,10 @@ class TrlParams(ParamGroup):
         None, gt=0, description="Maximum completion tokens (spec default 256). Follows "
         "data.data_max_response_length, the one response cap of both trainers and eval "
         "(null); another value is refused.")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="Ours. Keyword arguments for the chat template (TRL's "
+        "chat_template_kwargs). Follows data.data_apply_chat_template_kwargs, which data_prep, "
+        "verl and eval use too (null); another value is refused.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Top-p for rollouts; 1.0 keeps all tokens.")
     # GRPO algorithm

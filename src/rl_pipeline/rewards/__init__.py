@@ -12,9 +12,11 @@ validation numbers agree.
 from rl_pipeline.rewards.scoring import (
     PARTS,
     OverlongPenalty,
+    Reward,
     RewardFunction,
     SafeReward,
     Scored,
+    WeightedReward,
     build_reward,
     compute_score,
     flexible_gsm8k,
@@ -27,9 +29,11 @@ from rl_pipeline.rewards.scoring import (
 __all__ = [
     "PARTS",
     "OverlongPenalty",
+    "Reward",
     "RewardFunction",
     "SafeReward",
     "Scored",
+    "WeightedReward",
     "build_reward",
     "compute_score",
     "flexible_gsm8k",

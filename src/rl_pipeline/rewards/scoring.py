@@ -89,6 +89,15 @@ def gsm8k_format_credit(data_source: str, solution_str: str, ground_truth: str,
     return FORMAT_CREDIT if shape.well_formed else 0.0
 
 
+def well_formed(data_source: str, solution_str: str, ground_truth: str,
+                extra_info: dict | None = None) -> float:
+    """1.0 for a well-formed GSM8K-style response, right or wrong: one ``#### <number>``
+    answer, not repetitive, ended by itself (:func:`~rl_pipeline.rewards.form.form`). A
+    format term for ``reward.terms``; it ignores the ground truth."""
+    shape = form(solution_str, extra_info)
+    return 1.0 if shape.answer is not None and shape.well_formed else 0.0
+
+
 def math_verify_score(data_source: str, solution_str: str, ground_truth: str,
                       extra_info: dict | None = None) -> float:
     """1.0 when math-verify finds the response's answer (``\\boxed{}`` or an expression)
@@ -129,7 +138,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
 
 
 BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score,
-                                   gsm8k_format_credit, exact_match, choice)}
+                                   gsm8k_format_credit, exact_match, choice, well_formed)}
 
 
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
@@ -274,18 +283,72 @@ class SafeReward:
         return Scored(value + penalty, value, penalty, extra=extra, pred=pred)
 
 
-def build_reward(reward: RewardParams, strict: bool | None = None) -> SafeReward:
+TERM = "term_"  # the prefix of a weighted term's part (its metric): term_<label>
+
+
+class WeightedReward:
+    """A reward of weighted terms (``reward.terms``): each term a :class:`SafeReward` of its
+    own (contained: its time limit, a raise scoring that term 0 and counted), the reward
+    their weighted sum plus the overlong penalty. Each term's score is a part,
+    ``term_<label>``, so both trainers log it per step and eval per model. Called as a
+    :class:`SafeReward` is."""
+
+    def __init__(self, terms: list[tuple[str, float, SafeReward]],
+                 overlong: OverlongPenalty | None = None) -> None:
+        self.terms = terms
+        self.overlong = overlong or OverlongPenalty()
+
+    @property
+    def errors(self) -> int:
+        return sum(t.errors for _, _, t in self.terms)
+
+    @property
+    def timeouts(self) -> int:
+        return sum(t.timeouts for _, _, t in self.terms)
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: str,
+                 extra_info: dict | None = None) -> float:
+        return self.score(data_source, solution_str, ground_truth, extra_info).reward
+
+    def score(self, data_source: str, solution_str: str, ground_truth: str,
+              extra_info: dict | None = None) -> Scored:
+        """The reward of one response: the weighted sum, each term a part."""
+        total, parts, failed, pred = 0.0, {}, [], None
+        for label, weight, term in self.terms:
+            scored = term.score(data_source, solution_str, ground_truth, extra_info)
+            total += weight * scored.function_score
+            parts[f"{TERM}{label}"] = scored.function_score
+            if scored.error is not None:
+                failed.append((label, scored))
+            pred = pred if pred is not None else scored.pred
+        penalty = self.overlong(extra_info)
+        error = "; ".join(f"{label}: {s.error}" for label, s in failed) or None
+        timed_out = bool(failed) and all(s.timed_out for _, s in failed)
+        return Scored(total + penalty, total, penalty, error, timed_out, parts, pred)
+
+
+Reward = SafeReward | WeightedReward  # what build_reward gives every caller
+
+
+def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
     """The ``reward`` group's function as both trainers and eval call it: loaded, contained
-    (:class:`SafeReward`: its time limit, errors counted) and with its overlong penalty.
+    (:class:`SafeReward`: its time limit, errors counted) and with its overlong penalty; a
+    :class:`WeightedReward` when the group has ``terms``.
 
     Args:
         reward: The ``reward`` group.
         strict: Overrides ``reward.strict`` (preflights raise, to name a broken reward).
     """
+    strict = reward.strict if strict is None else strict
+    overlong = OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor)
+    if reward.terms:
+        return WeightedReward(
+            [(t.metric, t.weight, SafeReward(load_reward_function(t.path, t.name), strict,
+                                             source=(t.path, t.name),
+                                             timeout_s=reward.timeout_s))
+             for t in reward.terms], overlong)
     fn = reward.custom_reward_function
-    return SafeReward(load_reward_function(fn.path, fn.name),
-                      reward.strict if strict is None else strict,
-                      OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor),
+    return SafeReward(load_reward_function(fn.path, fn.name), strict, overlong,
                       source=(fn.path, fn.name), timeout_s=reward.timeout_s)
 
 
@@ -313,7 +376,7 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
 
 
 @functools.cache
-def _reward_from_json(text: str) -> SafeReward:
+def _reward_from_json(text: str) -> Reward:
     from rl_pipeline.params import RewardParams
 
     return build_reward(RewardParams.model_validate_json(text))

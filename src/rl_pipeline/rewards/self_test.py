@@ -29,6 +29,7 @@ from rl_pipeline.rewards.scoring import (
     EXACT_MATCH_SOURCES,
     GSM8K_SOURCES,
     MATH_SOURCES,
+    TERM,
 )
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
 
     Args:
         score: Scores one row (verl's schema) against a response, given its ``extra_info``
+            (a number, or a :class:`~rl_pipeline.rewards.Scored` with the terms' scores)
             (a complete, untruncated response's :func:`~rl_pipeline.rewards.form.
             response_facts`). A raise scores 0 and is reported with the row.
         rows: Prompt rows in verl's schema; up to :data:`ROWS_PER_SOURCE` per data source,
@@ -139,7 +141,9 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
         ``correct_score`` or more), ``wrong_below_gold`` (share of rows where the wrong answer
         scores less), ``errors`` (rows where the reward raised or timed out), ``passed``
         and ``examples`` (rows that failed, else the first ones;
-        ``error`` holds what the reward raised, or returned instead of a finite number).
+        ``error`` holds what the reward raised, or returned instead of a finite number);
+        with ``reward.terms`` (``score`` returning a :class:`~rl_pipeline.rewards.Scored`),
+        ``terms``: each term's mean score on the ideal and on the wrong responses.
     """
     by_source: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -154,12 +158,13 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             gold, wrong = ideal_response(truth), ideal_response(wrong_answer(truth))
             tokens = len(gold.split())
             facts = response_facts(tokens, max(tokens, 1) * 100, truncated=False)
-            (gold_score, gold_error), (wrong_score, wrong_error) = \
+            (gold_score, gold_error, gold_terms), (wrong_score, wrong_error, wrong_terms) = \
                 _scored(score, row, gold, facts), _scored(score, row, wrong, facts)
             results.append({"row": _row_id(row), "ground_truth": truth, "response": gold,
                             "score": gold_score, "wrong_response": wrong,
                             "wrong_score": wrong_score, "error": gold_error or wrong_error,
-                            "ok": gold_score >= correct_score and wrong_score < gold_score})
+                            "ok": gold_score >= correct_score and wrong_score < gold_score,
+                            "terms": (gold_terms, wrong_terms)})
         gold_share = sum(r["score"] >= correct_score for r in results) / len(results)
         wrong_share = sum(r["wrong_score"] < r["score"] for r in results) / len(results)
         failed = [r for r in results if not r["ok"]]
@@ -168,8 +173,14 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             "gold_correct": gold_share, "wrong_below_gold": wrong_share,
             "errors": sum(r["error"] is not None for r in results),
             "passed": gold_share >= PASS_SHARE and wrong_share >= PASS_SHARE,
-            "examples": [{k: v for k, v in r.items() if k != "ok"}
+            "examples": [{k: v for k, v in r.items() if k not in ("ok", "terms")}
                          for r in (failed or results)[:EXAMPLES]]}
+        terms = sorted({t for r in results for t in r["terms"][0]})
+        if terms:  # reward.terms: each term's mean on the ideal and on the wrong responses
+            out[source]["terms"] = {t: {
+                "gold": sum(r["terms"][0].get(t, 0.0) for r in results) / len(results),
+                "wrong": sum(r["terms"][1].get(t, 0.0) for r in results) / len(results)}
+                for t in terms}
     return out
 
 
@@ -225,16 +236,21 @@ def failures(report: dict[str, dict[str, Any]],
     return messages
 
 
-def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
-            row: dict[str, Any], response: str, facts: dict[str, Any]) -> tuple[float, str | None]:
-    """The score, and what went wrong: a raise or a value that is not a finite number."""
+def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
+            row: dict[str, Any], response: str, facts: dict[str, Any]
+            ) -> tuple[float, str | None, dict[str, float]]:
+    """The score, what went wrong (a raise or a value that is not a finite number), and the
+    weighted terms' scores when ``score`` returns a :class:`~rl_pipeline.rewards.Scored`."""
     try:
-        value = float(score(row, response, facts))
+        result = score(row, response, facts)
+        value = float(result.reward if hasattr(result, "reward") else result)
     except Exception as exc:  # user code on arbitrary text: report it with the row
-        return 0.0, f"{type(exc).__name__}: {exc}"[:300]
+        return 0.0, f"{type(exc).__name__}: {exc}"[:300], {}
+    terms = {k[len(TERM):]: v for k, v in getattr(result, "extra", {}).items()
+             if k.startswith(TERM)}
     if not math.isfinite(value):
-        return 0.0, f"a score of {value}"
-    return value, None
+        return 0.0, f"a score of {value}", terms
+    return value, None, terms
 
 
 def _row_id(row: dict[str, Any]) -> str:

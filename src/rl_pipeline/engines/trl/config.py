@@ -51,6 +51,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("lr_scheduler_type", "lr_scheduler_type"),
     # Text generation
     Mapping("max_completion_length", "max_completion_length"),
+    Mapping("chat_template_kwargs", "chat_template_kwargs"),
     Mapping("temperature", "temperature"),
     Mapping("top_p", "top_p"),
     # Evaluation
@@ -89,13 +90,17 @@ NOT_GRPO_KEYS: dict[str, str] = {
 
 
 def with_owners(params: TrlParams, data: DataParams) -> TrlParams:
-    """``train.trl`` with its length followers set from the shared ``data`` group."""
+    """``train.trl`` with its followers set from the shared ``data`` group: the length caps
+    and the chat template's keyword arguments."""
     return params.model_copy(update={
         "max_prompt_length": follow("train.trl.max_prompt_length", params.max_prompt_length,
                                     data.data_max_prompt_length),
         "max_completion_length": follow("train.trl.max_completion_length",
                                         params.max_completion_length,
-                                        data.data_max_response_length)})
+                                        data.data_max_response_length),
+        "chat_template_kwargs": follow("train.trl.chat_template_kwargs",
+                                       params.chat_template_kwargs,
+                                       data.data_apply_chat_template_kwargs)})
 
 
 def grpo_values(params: TrlParams) -> dict[str, Any]:

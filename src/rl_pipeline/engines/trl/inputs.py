@@ -55,7 +55,9 @@ class TrlReward:
         self.stop_ids = {i for i in stop_ids if i is not None}
         self.cap = max_completion_length
         self.rollouts_per_step = rollouts_per_step
-        self.__name__ = reward.custom_reward_function.name  # TRL names its metrics after it
+        # TRL names its metrics after it (rewards/<name>/mean)
+        self.__name__ = "+".join(t.metric for t in reward.terms) if reward.terms else \
+            reward.custom_reward_function.name
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  data_source: Sequence[str], ground_truth: Sequence[str],

@@ -79,7 +79,7 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     try:
         score = build_reward(reward, strict=True)
         report["reward"], failed = run_self_test(
-            lambda row, response, facts: score(
+            lambda row, response, facts: score.score(
                 row["data_source"], response, str(row["reward_model"]["ground_truth"]),
                 {**(plain(row.get("extra_info")) or {}), **facts}), rows, reward)
         problems += [Problem("data_source", source, message, group="data_prep")

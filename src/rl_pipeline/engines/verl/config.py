@@ -50,6 +50,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data_filter_overlong_prompts", "data.filter_overlong_prompts"),
     Mapping("data_truncation", "data.truncation"),
     Mapping("data_image_key", "data.image_key"),
+    Mapping("data_apply_chat_template_kwargs", "data.apply_chat_template_kwargs"),
     Mapping("algorithm_adv_estimator", "algorithm.adv_estimator"),
     Mapping("algorithm_use_kl_in_reward", "algorithm.use_kl_in_reward"),
     Mapping("actor_optim_lr", f"{_ACTOR}.optim.lr"),
@@ -348,7 +349,10 @@ def hydra_overrides(values: dict[str, Any], extra: Iterable[str] = ()) -> list[s
         if m.key in seen:  # two specs' names for one key; preflight checks they agree
             continue
         seen.add(m.key)
-        out.append(f"{'+' if m.add else ''}{m.key}={_hydra_value(m.verl_value(values[m.spec]))}")
+        value = m.verl_value(values[m.spec])
+        # A dict's keys are new to verl's struct config (apply_chat_template_kwargs: {}).
+        prefix = "++" if isinstance(value, dict) and value else "+" if m.add else ""
+        out.append(f"{prefix}{m.key}={_hydra_value(value)}")
     return [*out, *extra]
 
 
@@ -365,6 +369,8 @@ def compose_verl_config(overrides: list[str]) -> DictConfig:
 def _hydra_value(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, dict):  # a Hydra dict, e.g. {enable_thinking:false}
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -248,8 +248,9 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
                   target: RewardTarget, report: dict[str, Any]) -> list[Problem]:
     from rl_pipeline.models.tokenizer import load_tokenizer
 
-    try:
-        tokenizer = load_tokenizer(inputs.model_path)
+    try:  # the prompts' template arguments, as verl's rollout applies them
+        tokenizer = load_tokenizer(inputs.model_path,
+                                   dict(config.data.get("apply_chat_template_kwargs") or {}))
     except (OSError, ValueError) as exc:
         return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
                         f"chat template: {exc}", group="catalog")]

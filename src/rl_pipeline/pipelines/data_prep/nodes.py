@@ -66,7 +66,7 @@ def fit_prompt_lengths(
     Raises:
         DataError: When the filter leaves a split empty; neither prompt file is then saved.
     """
-    tokenizer = load_tokenizer(base_model)
+    tokenizer = load_tokenizer(base_model, data.data_apply_chat_template_kwargs)
     outputs, summary = [], {"tokenizer": base_model}
     fitted_splits = fit_splits({"train": train_work, "val": val_work}, hygiene, tokenizer,
                                data_prep, data)
@@ -97,7 +97,7 @@ def check_reward(train: pd.DataFrame, val: pd.DataFrame, reward: RewardParams,
     score = build_reward(reward, strict=True)  # a raise is reported with its row
     rows = pd.concat([train, val], ignore_index=True).to_dict("records")
     report, failed = run_self_test(
-        lambda row, response, facts: score(row["data_source"], response,
+        lambda row, response, facts: score.score(row["data_source"], response,
                                            str(row["reward_model"]["ground_truth"]),
                                            {**(row.get("extra_info") or {}), **facts}),
         rows, reward)

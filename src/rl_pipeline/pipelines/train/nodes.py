@@ -93,7 +93,9 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         "identity": identity.fingerprint, "checkpoints": str(folder), "mlflow_run_id": run_id,
         "resume": train.resume, "resumed": continued, "resumed_from_run": earlier,
         # A complete run is only exported again: its weights are the earlier run's.
-        "weights_run_id": earlier if complete else run_id})
+        "weights_run_id": earlier if complete else run_id,
+        # The model was trained on prompts made with these: its card tells its users.
+        "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs)})
     exported = engine.export(result, Path(root.path).parent)
     prune(root, folder)
     metrics = mlflow_metrics({k: result.summary[k]
