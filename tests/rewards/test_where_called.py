@@ -21,6 +21,7 @@ from rl_pipeline.engines.verl.checks import reward_sample
 from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import build_reward, compute_score, math_verify_score
+from rl_pipeline.rewards.sandbox import sandbox_problem
 from rl_pipeline.rewards.scoring import BUILTIN
 from rl_pipeline.training_rollouts import PREFIX
 
@@ -37,6 +38,9 @@ CASES = {
                     "paris"),
     "choice": ("choice", "Paris is in France, so (b).", "So the answer is A.", "B"),
     "well_formed": ("openai/gsm8k", "24 + 48 = 72\n#### 72", "#### 72\n#### 70", "72"),
+    "code_tests": ("code_tests", "```python\ndef add(a, b):\n    return a + b\n```",
+                   "```python\ndef add(a, b):\n    return a - b\n```",
+                   "assert add(1, 2) == 3"),
 }
 # A reward of two weighted terms: correctness and a small format credit.
 TERMS = {"terms": [{"name": "compute_score", "label": "correct"},
@@ -86,6 +90,8 @@ def _run_single(manager, tokenizer, source: str, response: str, truth: str) -> d
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_builtin_reward_scores_through_verls_reward_manager(name, verl_manager,
                                                                  tokenizer) -> None:
+    if name == "code_tests" and (why := sandbox_problem()):
+        pytest.skip(why)
     source, right, wrong, truth = CASES[name]
     manager = verl_manager(RewardParams(custom_reward_function={"name": name}))
     scored = _run_single(manager, tokenizer, source, right, truth)
@@ -185,9 +191,10 @@ def test_code_that_verl_would_run_on_this_host_is_refused_before_any_scoring(
     message = str(caught.value)
     assert message.startswith("reward.custom_reward_function.name=compute_score hands "
                               "data_source 'apps' to verl's default_compute_score")
-    assert message.endswith("another data_prep.data_source (3 rows)")
+    assert message.endswith("a Sandbox Fusion URL) (3 rows)")
+    assert "data_prep.data_source=code_tests" in message
     assert "(prime_code) runs the model's generated code on this machine" in message
-    assert "reward.custom_reward_function" in message.split("Refused:")[1]
+    assert "reward.custom_reward_function" in message.split("Refused.")[1]
 
 
 def test_a_reward_of_your_own_may_score_code_rows(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def report_numbers(report: dict[str, Any]) -> dict[str, Any]:
             "reward_self_test": {source: {k: result[k] for k in ("gold_correct",
                                                                  "wrong_below_gold")}
                                  for source, result in report["reward_self_test"].items()
-                                 if isinstance(result, dict)}}
+                                 if isinstance(result, dict) and "unchecked" not in result}}
 
 
 def split_lengths(lengths: dict[str, Any]) -> dict[str, np.ndarray]:

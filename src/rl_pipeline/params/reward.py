@@ -21,7 +21,9 @@ class CustomRewardFunction(ParamGroup):
         "strict, MATH via math-verify, exact_match and choice for text answers, else verl's "
         "default; docs/rewards.md), strict_gsm8k, flexible_gsm8k, math_verify_score, "
         "exact_match (the final answer equal to the ground truth after normalisation), "
-        "choice (the option letter or label the final answer picks), "
+        "choice (the option letter or label the final answer picks), code_tests (the "
+        "response's program with the data's assert tests, in the project's sandbox), "
+        "well_formed (1.0 for one '#### <number>' answer, ended, not repetitive), "
         "gsm8k_format_credit (1.0 for one correct "
         "'#### <number>' answer, 0.1 for a wrong one in a well-formed response: ended by "
         "itself, one answer, not repetitive). Signature: (data_source, solution_str, "
@@ -144,7 +146,8 @@ def model_code_refusal(data_source: str, reward: RewardParams) -> str | None:
     return (f"{where}={names[0]} hands data_source "
             f"{data_source!r} to verl's default_compute_score, whose scorer for it "
             f"({CODE_EXECUTING_SOURCES[data_source]}) runs the model's generated code on this "
-            "machine, outside any sandbox. Refused: this project has no sandbox setting yet. "
-            "To train on code, set reward.custom_reward_function to a reward that runs the "
-            "code in a sandbox of yours (e.g. verl's sandbox_fusion.compute_score with a "
-            "Sandbox Fusion URL), or prepare the data under another data_prep.data_source")
+            "machine, outside any sandbox. Refused. To train on code with unit tests, "
+            "prepare it under data_prep.data_source=code_tests (the response's program runs "
+            "with the data's assert lines in the project's sandbox: docs/rewards.md), or set "
+            "reward.custom_reward_function to a reward that runs the code in a sandbox of "
+            "yours (e.g. verl's sandbox_fusion.compute_score with a Sandbox Fusion URL)")

@@ -17,6 +17,7 @@ from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
+from rl_pipeline.rewards.sandbox import code_tests
 from rl_pipeline.rewards.text_answers import choice, exact_match
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ MATH_SOURCES = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "Hugging
 # equal to the ground truth after normalisation, or the option it picks.
 EXACT_MATCH_SOURCES = {"exact_match"}
 CHOICE_SOURCES = {"choice"}
+# data_source values for code with unit tests: run in the sandbox (rl_pipeline.rewards.sandbox)
+CODE_TESTS_SOURCES = {"code_tests"}
 
 
 def strict_gsm8k(data_source: str, solution_str: str, ground_truth: str,
@@ -134,11 +137,14 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
         return exact_match(data_source, solution_str, ground_truth, extra_info)
     if data_source in CHOICE_SOURCES:
         return choice(data_source, solution_str, ground_truth, extra_info)
+    if data_source in CODE_TESTS_SOURCES:
+        return code_tests(data_source, solution_str, ground_truth, extra_info)
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
 
 
 BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score,
-                                   gsm8k_format_credit, exact_match, choice, well_formed)}
+                                   gsm8k_format_credit, exact_match, choice, well_formed,
+                                   code_tests)}
 
 
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:

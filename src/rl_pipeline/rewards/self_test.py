@@ -26,6 +26,7 @@ from rl_pipeline.rewards.form import response_facts
 from rl_pipeline.rewards.scoring import (
     BUILTIN,
     CHOICE_SOURCES,
+    CODE_TESTS_SOURCES,
     EXACT_MATCH_SOURCES,
     GSM8K_SOURCES,
     MATH_SOURCES,
@@ -47,10 +48,17 @@ _SCORERS = {
     "exact_match": "exact match: the final answer equal to the ground truth after "
                    "normalisation",
     "choice": "choice: the option letter (or label) the final answer picks",
+    "code_tests": "code tests: the response's program with the ground truth's tests, run in "
+                  "the sandbox",
 }
 _FIX = ("set data_prep.data_source to a value whose scorer reads these answers (table: "
         "docs/rewards.md), or reward.custom_reward_function to a reward for this data; "
         "reward.self_test=warn only warns")
+
+
+UNCHECKED_CODE = ("not checked: the ground truths are tests, and no ideal program can be "
+                  "written from them; the sandboxed scorer itself is tested with programs "
+                  "that pass and fail them (docs/rewards.md)")
 
 
 class ModelCodeOnHostError(UserError, ValueError):
@@ -70,6 +78,14 @@ def refuse_model_code_on_host(rows: Sequence[dict[str, Any]], reward: RewardPara
         counts[str(row["data_source"])] = counts.get(str(row["data_source"]), 0) + 1
     refused = [f"{why} ({n} rows)" for source, n in sorted(counts.items())
                if (why := model_code_refusal(source, reward))]
+    sandboxed = sorted(set(counts) & CODE_TESTS_SOURCES)
+    if sandboxed and any(not path and name in BUILTIN for path, name in reward.functions()):
+        from rl_pipeline.rewards.sandbox import sandbox_problem
+
+        if problem := sandbox_problem():
+            refused += [f"data_source {source!r} ({counts[source]} rows): its programs run in "
+                        f"the project's sandbox, which does not work on this machine: "
+                        f"{problem}" for source in sandboxed]
     if refused:
         raise ModelCodeOnHostError("\n".join(refused))
 
@@ -96,6 +112,8 @@ def scorer_for(data_source: str, name: str, path: str | None = None) -> str:
         picked = _SCORERS["exact_match"]
     elif data_source in CHOICE_SOURCES:
         picked = _SCORERS["choice"]
+    elif data_source in CODE_TESTS_SOURCES:
+        picked = _SCORERS["code_tests"]
     else:
         picked = f"verl's default_compute_score for {data_source!r}"
     return f"{name} -> {picked}, chosen by data_source {data_source!r}"
@@ -150,6 +168,11 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
         by_source.setdefault(str(row["data_source"]), []).append(row)
     out = {}
     for source, source_rows in sorted(by_source.items()):
+        if source in CODE_TESTS_SOURCES and not reward_path and reward_name in BUILTIN:
+            # Its ground truths are tests, from which no ideal program can be written.
+            out[source] = {"scorer": scorer_for(source, reward_name, reward_path),
+                           "rows": 0, "passed": True, "unchecked": UNCHECKED_CODE}
+            continue
         step = max(1, len(source_rows) // ROWS_PER_SOURCE)
         chosen = source_rows[::step][:ROWS_PER_SOURCE]
         results = []

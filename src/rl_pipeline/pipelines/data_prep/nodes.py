@@ -104,7 +104,10 @@ def check_reward(train: pd.DataFrame, val: pd.DataFrame, reward: RewardParams,
     if failed:
         raise RewardSelfTestError("\n".join(message for _, message in failed))
     for source, result in report.items():
-        if isinstance(result, dict):
+        if isinstance(result, dict) and "unchecked" in result:
+            logger.info("reward self-test, %s (%s): %s", source, result["scorer"],
+                        result["unchecked"])
+        elif isinstance(result, dict):
             logger.info("reward self-test, %s (%s): golds correct %.0f%%, wrong answers lower "
                         "%.0f%%", source, result["scorer"], 100 * result["gold_correct"],
                         100 * result["wrong_below_gold"])
