@@ -180,3 +180,24 @@ def test_full_disk_and_read_only_folder_fail_clearly_and_keep_earlier_versions(
     assert [r.info.status for r in runs] == ["FINISHED", "FAILED", "FAILED"]
     assert "the disk is full" in runs[1].data.tags["error"]
     assert "read-only" in runs[2].data.tags["error"]
+
+
+def test_a_kill_at_the_card_write_publishes_nothing_and_eval_and_promote_then_succeed(
+        trained, monkeypatch) -> None:
+    """The card is written once, in merge's unpublished work folder: a kill there leaves no
+    published model with a stray file that check_manifest would refuse forever."""
+    from rl_pipeline.model_card import check_manifest
+
+    project, params = trained
+    before = _load(project, monkeypatch, "merged_model")
+    where = _kill_at(project, "merge", params, "open-write:*/.merge-*/README.md")
+    assert "/.merge-" in where
+    assert _load(project, monkeypatch, "merged_model") == before  # nothing new published
+    _ok(kedro_run(project, "--pipelines", "merge", "--params", params))
+    merged = Path(_load(project, monkeypatch, "merged_model"))
+    card = (merged / "README.md").read_bytes()
+    for stage in ("eval", "promote"):
+        _ok(kedro_run(project, "--pipelines", stage, "--params", params))
+    check_manifest(merged)
+    assert (merged / "README.md").read_bytes() == card  # eval and promote wrote nothing
+    assert not [p for p in project.glob("data/06_models/merged_model/*/merged_model/.*")]

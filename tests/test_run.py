@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE
+from rl_pipeline.model_card import check_manifest
 from rl_pipeline.training_rollouts import PREFIX, TABLE
 from tests.conftest import GSM8K_TEST, GSM8K_TRAIN, SMOLLM2_GGUF
 from tests.projects import kedro_run, make_project, mlflow_runs, readme_block, run_tags
@@ -345,6 +346,8 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     champion = client.get_registered_model("rl_pipeline").aliases.get("champion")
     assert (None if champion is None else str(champion)) == ("1" if decision["promoted"]
                                                               else None)
-    card = (merged / "README.md").read_text()
-    assert "model-index" in card and "rl_pipeline/arithmetic" in card
+    card = (merged / "README.md").read_text()  # written once, at merge
     assert f"- train_prompts: version `{saved}`, 600 rows" in card  # conf/cpu's additions
+    assert "never rewritten after merge" in card and "model-index" not in card
+    check_manifest(merged)  # eval and promote left the folder as merge verified it
+    assert not list(merged.glob(".*"))

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from rl_pipeline.debris import sweep
 from rl_pipeline.jsonfile import read_object
-from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags
+from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags, training_sources
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
 from rl_pipeline.stage_inputs import check_stage_inputs
@@ -273,21 +273,8 @@ class LineageHook:
     def _tag_sources(training_run: dict[str, Any]) -> None:
         """Tag the train run (and its identity and prompt versions) that ``training_run``
         (the run summary in the training result's record, carried into merge_metadata.json)
-        names."""
-        train_run_id = training_run.get("weights_run_id") or training_run.get("mlflow_run_id")
-        identity = {"source.train_identity": training_run.get("identity") or "unknown"}
-        if not train_run_id:
-            mlflow.set_tags({"source.train_run_id": "unknown", **identity})
-            return
-        tags = {"source.train_run_id": train_run_id, **identity}
-        try:
-            train_tags = mlflow.MlflowClient().get_run(train_run_id).data.tags
-        except mlflow.exceptions.MlflowException:  # another tracking store
-            train_tags = {}
-        prefix = "dataset.loaded."
-        tags.update({f"source.{k.removeprefix(prefix)}_version": v for k, v in train_tags.items()
-                     if k.startswith(prefix) and "prompts" in k})
-        mlflow.set_tags(tags)
+        names (:func:`rl_pipeline.lineage.training_sources`)."""
+        mlflow.set_tags(training_sources(training_run))
 
     def _tag_version(self, action: str, name: str, resolve: str) -> None:
         if mlflow.active_run() is None or self._catalog is None:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import mlflow
 
@@ -82,6 +83,25 @@ def active_sources() -> tuple[str | None, dict[str, str]]:
         return None, {}
     tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
     return run.info.run_id, {k: v for k, v in tags.items() if k.startswith("source.")}
+
+
+def training_sources(training_run: dict[str, Any]) -> dict[str, str]:
+    """The ``source.*`` tags of a model trained by ``training_run`` (the run summary in the
+    training result's record, carried into merge_metadata.json): the train run whose weights
+    it holds, its identity, and the versions of the prompts it loaded."""
+    train_run_id = training_run.get("weights_run_id") or training_run.get("mlflow_run_id")
+    identity = {"source.train_identity": training_run.get("identity") or "unknown"}
+    if not train_run_id:
+        return {"source.train_run_id": "unknown", **identity}
+    tags = {"source.train_run_id": train_run_id, **identity}
+    try:
+        train_tags = mlflow.MlflowClient().get_run(train_run_id).data.tags
+    except mlflow.exceptions.MlflowException:  # another tracking store
+        train_tags = {}
+    prefix = "dataset.loaded."
+    tags.update({f"source.{k.removeprefix(prefix)}_version": v for k, v in train_tags.items()
+                 if k.startswith(prefix) and "prompts" in k})
+    return tags
 
 
 def prompt_facts(sources: dict[str, str]) -> dict[str, object]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +53,9 @@ def write_manifest(folder: str | Path) -> dict[str, str]:
     """
     folder = Path(folder)
     sums = {name: file_sha256(folder / name) for name in _files(folder)}
-    temporary = folder / f".{MANIFEST}.tmp"
-    temporary.write_text("".join(f"{digest}  {name}\n" for name, digest in sums.items()))
-    os.replace(temporary, folder / MANIFEST)
+    # The folder is merge's unpublished work folder: the catalog publishes it whole.
+    (folder / MANIFEST).write_text("".join(f"{digest}  {name}\n"
+                                           for name, digest in sums.items()))
     return sums
 
 
@@ -214,7 +213,9 @@ def render_card(facts: dict[str, Any], results: dict[str, Any] | None = None) ->
         "", "## Evaluation", "",
     ]
     lines += _eval_table(results) if results else [
-        "Not evaluated yet: `kedro run --pipelines eval` adds its results here."]
+        "This folder is never rewritten after merge. Eval's results are on the registered "
+        "model version (MLflow Model Registry, tags `eval.*`) and in the eval run's report "
+        "(`kedro run --pipelines eval`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -232,12 +233,11 @@ def _eval_table(trained: dict[str, Any]) -> list[str]:
 
 
 def write_card(folder: str | Path, text: str) -> Path:
-    """Write the card into ``folder`` atomically (a reader never sees half a card)."""
-    folder = Path(folder)
-    temporary = folder / f".{CARD}.tmp"
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, folder / CARD)
-    return folder / CARD
+    """Write the card into ``folder``: merge's unpublished work folder, which the catalog
+    publishes whole (a reader never sees a folder without its card, or half a card)."""
+    path = Path(folder) / CARD
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def read_front_matter(folder: str | Path) -> dict[str, Any]:

@@ -166,6 +166,7 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
 
     from rl_pipeline.engines.verl.checkpoint import export_result
     from rl_pipeline.params import MergeParams
+    from rl_pipeline.params.registry import RegistryParams
     from rl_pipeline.pipelines.merge.nodes import merge_model
 
     checkpoints = tmp_path / "checkpoints"
@@ -205,7 +206,8 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
     assert (result["kind"], result["source"]) == ("peft_adapter", str(actor))
 
     path, metadata, _ = merge_model(str(record), str(tiny_model_dir),
-                                    MergeParams(scratch_dir=str(tmp_path / "scratch")))
+                                    MergeParams(scratch_dir=str(tmp_path / "scratch")),
+                                    RegistryParams())
     assert metadata["verification"]["passed"] is True
     assert metadata["merged_modules"] == 2 * 7  # two layers, seven linear modules each
     assert metadata["lora"]["r"] == RANK and metadata["lora"]["lora_alpha"] == ALPHA

@@ -4,7 +4,6 @@ SQLite store in a temporary folder): promoted, refused, idempotent, and bad inpu
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import mlflow
 import pytest
 
 from rl_pipeline import registry
-from rl_pipeline.model_card import ManifestError, read_front_matter, write_manifest
+from rl_pipeline.model_card import ManifestError, check_manifest, write_manifest
 from rl_pipeline.params import ConfigError
 from rl_pipeline.params.registry import PromoteParams, RegistryParams
 from rl_pipeline.pipelines.merge.nodes import publish_merged_model
@@ -72,7 +71,10 @@ def _promote(params: PromoteParams = GATE) -> dict:
 
 def test_merge_registers_a_reference_with_its_lineage_and_weight_hashes(
         store, tiny_model_dir) -> None:
-    folder, number = _published(tiny_model_dir, store, 1)
+    folder = _merged(tiny_model_dir, store, 1)
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with mlflow.start_run(run_name="merge"):
+        number = publish_merged_model(str(folder), METADATA, PARAMS)["version"]
     version = registry.client().get_model_version(NAME, number)
     assert version.source == folder.absolute().as_uri()  # the catalog's folder, not a copy
     tags = version.tags
@@ -83,7 +85,8 @@ def test_merge_registers_a_reference_with_its_lineage_and_weight_hashes(
                                                                   "peft_adapter")
     assert tags["train_run_id"] == "t1" and tags["run_identity"] == "a" * 64
     assert tags["merge_run_id"] == version.run_id
-    assert read_front_matter(folder)["base_model"] == "tiny-base"  # the card, beside it
+    # Published as merge wrote it: registering writes nothing into the folder.
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
 
 
 def test_the_first_candidate_beating_the_base_becomes_champion_once(store,
@@ -189,12 +192,12 @@ def test_an_unknown_gate_metric_names_what_eval_compares(store, tiny_model_dir) 
         _promote(PromoteParams(metric="pass_at_9"))
 
 
-def test_eval_records_its_results_on_the_version_and_in_the_card(store,
-                                                                 tiny_model_dir) -> None:
+def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_merged(
+        store, tiny_model_dir) -> None:
     from rl_pipeline.pipelines.eval.nodes import record_eval
 
     folder, number = _published(tiny_model_dir, store, 1)
-    (folder / "merge_metadata.json").write_text(json.dumps(METADATA))
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
     trained = {"mean_reward": 0.6, "verdict": {"verdict": "learned", "reasons": ["up"]},
                "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)},
                "by_data_source": {"openai/gsm8k": {
@@ -209,6 +212,5 @@ def test_eval_records_its_results_on_the_version_and_in_the_card(store,
     assert version.tags["eval.verdict"] == "learned"
     assert version.tags["eval.run_id"] == run.info.run_id
     assert registry.read_evidence(version)["overall"] == {"mean_reward": _c(0.2, 0.1, 0.3)}
-    (index,) = read_front_matter(folder)["model-index"]
-    assert index["results"][0]["dataset"]["name"] == "openai/gsm8k"
-    assert index["results"][0]["metrics"][0]["args"]["ci95_low"] == 0.1
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # not rewritten
+    check_manifest(folder)

@@ -29,9 +29,7 @@ from rl_pipeline.evaluation.report import (
 )
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
-from rl_pipeline.jsonfile import read_object
-from rl_pipeline.merge import MERGE_METADATA
-from rl_pipeline.model_card import MANIFEST, card_facts, check_manifest, render_card, write_card
+from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.params.registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
@@ -161,8 +159,9 @@ def summarize_eval(
 def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
                 champion_model: dict[str, Any], registry_params: RegistryParams,
                 ) -> dict[str, Any]:
-    """Add eval's results to the registered version of the model evaluated, point the alias
-    ``candidate`` at it, and complete its model card with them.
+    """Add eval's results to the registered version of the model evaluated and point the
+    alias ``candidate`` at it. The model folder is not touched: it stays as merge published
+    and verified it (its card says where eval's results are).
 
     The gate's evidence is the comparison with the reference on the same prompts: the
     champion evaluated here, else the base model.
@@ -176,12 +175,7 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     folder = Path(merged_model)
     version = registry.version_for_folder(name, folder)
     trained = eval_metrics["trained"]
-    run_id, sources = lineage.active_sources()
-    if (folder / MERGE_METADATA).is_file():
-        prompts = {**lineage.prompt_facts(sources), "data_sources": list(trained["by_data_source"])}
-        facts = card_facts(read_object(folder / MERGE_METADATA), name, registry_params.license,
-                           prompts)
-        write_card(folder, render_card(facts, trained))
+    run_id, _ = lineage.active_sources()
     if version is None:
         logger.warning("%s is no version of the registered model %s (merged without the "
                        "registry): its eval is not recorded there", folder, name)

@@ -14,24 +14,31 @@ from rl_pipeline.tracking import mlflow_metrics
 
 
 def merge_model(training_result: str, base_model: str, merge: MergeParams,
+                registry_params: RegistryParams,
                 ) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
     """Make a standalone model from the training result (a peft adapter or a whole model,
-    as its record says), verify it, and describe it.
+    as its record says), verify it, and give it its model card: all in the unpublished work
+    folder, which the catalog then moves into place whole. Nothing writes into the folder
+    after that (eval's results go to the registry version and eval's own run).
 
     Returns:
         The merged model folder (moved into ``merged_model`` by the catalog), its metadata,
         and the verification numbers as MLflow metrics.
     """
     result = make_standalone_model(training_result, base_model, merge)
+    sources = lineage.training_sources(result.metadata.get("training_run") or {})
+    facts = card_facts(result.metadata, registry_params.model_name or "rl_pipeline merged model",
+                       registry_params.license, lineage.prompt_facts(sources))
+    write_card(result.path, render_card(facts))
     return str(result.path), result.metadata, mlflow_metrics(result.numbers)
 
 
 def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
                          registry_params: RegistryParams) -> dict[str, Any]:
-    """Give the saved merged model its model card and, with ``registry.model_name``, make it
-    a new version of that registered model (a reference to the catalog's folder, or a copy
-    of the weights with ``registry.copy_weights``), tagged with its lineage and the SHA-256
-    of every weight file.
+    """With ``registry.model_name``, make the saved merged model a new version of that
+    registered model (a reference to the catalog's folder, or a copy of the weights with
+    ``registry.copy_weights``), tagged with its lineage and the SHA-256 of every weight
+    file.
 
     Returns:
         What was registered (``registered_model``): name, version, source, tags.
@@ -40,16 +47,15 @@ def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
     sums = check_manifest(folder)  # the folder the catalog saved is the one merge verified
     run_id, sources = lineage.active_sources()
     name = registry_params.model_name
-    facts = card_facts(merge_metadata, name or "rl_pipeline merged model",
-                       registry_params.license, lineage.prompt_facts(sources))
-    write_card(folder, render_card(facts))
     if not name:
         return {"registered": False, "path": str(folder)}
     tags = registry.version_tags(merge_metadata, sources, run_id, folder.parent.name,
                                  weight_files(sums))
+    run = merge_metadata.get("training_run") or {}
     version = registry.register_merged_model(
         name, folder, run_id, tags, copy_weights=registry_params.copy_weights,
-        description=f"Merged {facts['engine']} {facts['algorithm']} model from "
-                    f"{facts['base_model']} ({facts['steps']} steps).")
+        description=f"Merged {run.get('engine', merge_metadata.get('engine', 'unknown'))} "
+                    f"{run.get('algorithm') or run.get('estimator') or 'grpo'} model from "
+                    f"{merge_metadata.get('base_model')} ({run.get('steps')} steps).")
     return {"registered": True, "name": name, "version": str(version.version),
             "source": version.source, "tags": version.tags}
