@@ -532,11 +532,8 @@ def unpack(txz: str | os.PathLike[str], site_dir: str | os.PathLike[str]) -> Pat
 # --- the model, in parts ------------------------------------------------------------------
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _suffix(i: int) -> str:

@@ -263,11 +263,8 @@ def _the_wheel(dest: Path, name: str, version: str, how: str) -> Wheel | str:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class SplitWriter:

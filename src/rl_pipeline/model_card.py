@@ -25,7 +25,6 @@ from rl_pipeline.errors import UserError
 MANIFEST = "SHA256SUMS"
 CARD = "README.md"
 _NOT_IN_MANIFEST = {MANIFEST, CARD}
-_CHUNK = 1 << 20
 
 
 class ManifestError(UserError, ValueError):
@@ -33,11 +32,8 @@ class ManifestError(UserError, ValueError):
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _files(folder: Path) -> list[str]:

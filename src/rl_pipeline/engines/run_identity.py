@@ -150,6 +150,9 @@ def _file_sha256(path: Path) -> str:
 
 
 def _files_sha256(paths: list[Path]) -> str:
+    # One digest over several files' names and contents, read in chunks: hashlib.file_digest
+    # hashes one file alone, and another scheme would change every run identity (and so
+    # every resume) computed before.
     digest = hashlib.sha256()
     for path in paths:
         digest.update(path.name.encode())
