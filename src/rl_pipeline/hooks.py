@@ -64,8 +64,8 @@ def unread_runtime_params(loader: Any) -> list[str]:
     environment's catalog entry replaces conf/base's whole, so conf/cpu's generated
     additions do not read `dataset_train_split`). A name nothing reads would otherwise be
     ignored without a word."""
-    names = [k for k in (loader.runtime_params or {})
-             if k not in PARAMETER_GROUPS and _only_runtime(loader, k)]
+    runtime = getattr(loader, "runtime_params", None) or {}  # a plain mapping has none
+    names = [k for k in runtime if k not in PARAMETER_GROUPS and _only_runtime(loader, k)]
     if not names:
         return []
     conf = Path(loader.conf_source)
