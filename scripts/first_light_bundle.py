@@ -669,6 +669,19 @@ def join_parts(parts: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
     return target
 
 
+def missing_modules(python: str, env: dict[str, str], modules: Sequence[str]) -> list[str]:
+    """Those of ``modules`` that ``python`` (with ``env``) cannot find; all of them when the
+    interpreter itself fails."""
+    probe = ("import importlib.util, json, sys\n"
+             "def found(m):\n"
+             "    try: return importlib.util.find_spec(m) is not None\n"
+             "    except Exception: return False\n"
+             "print(json.dumps([m for m in sys.argv[1:] if not found(m)]))")
+    result = subprocess.run([python, "-c", probe, *modules], env=env, capture_output=True,
+                            text=True, timeout=120)
+    return json.loads(result.stdout) if result.returncode == 0 else list(modules)
+
+
 # --- what each upload carries -------------------------------------------------------------
 
 def repo_tree_bytes(root: Path = ROOT) -> dict[str, int]:

@@ -134,17 +134,6 @@ def machine_facts(out: Path, python: str) -> None:
                 f.write(f"({exc})\n")
 
 
-def missing_modules(python: str, env: dict[str, str], modules: list[str]) -> list[str]:
-    probe = ("import importlib.util, json, sys\n"
-             "def found(m):\n"
-             "    try: return importlib.util.find_spec(m) is not None\n"
-             "    except Exception: return False\n"
-             "print(json.dumps([m for m in sys.argv[1:] if not found(m)]))")
-    result = subprocess.run([python, "-c", probe, *modules], env=env, capture_output=True,
-                            text=True, timeout=120)
-    return json.loads(result.stdout) if result.returncode == 0 else modules
-
-
 def run_rungs(args: argparse.Namespace) -> dict[str, Any]:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +172,7 @@ def run_rungs(args: argparse.Namespace) -> dict[str, Any]:
             reason = "vLLM's kernels need CUDA"
         elif name == "c2" and not gguf_parts(args.bundles):
             reason = "needs the GGUF parts"
-        elif missing := missing_modules(python, env, NEEDS.get(name, [])):
+        elif missing := first_light_bundle.missing_modules(python, env, NEEDS.get(name, [])):
             reason = f"needs {', '.join(missing)}"
         if reason:
             result.update(status="skipped", reason=reason)

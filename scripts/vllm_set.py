@@ -315,19 +315,6 @@ def deferred_imports(files: Sequence[str], roots: Sequence[str] = ("vllm", "verl
     return found
 
 
-def not_importable(venv: Path, site: Path, modules: Sequence[str]) -> list[str]:
-    """Those of ``modules`` that the box venv with the set cannot find."""
-    code = ("import importlib.util, json, sys\n"
-            "def found(m):\n"
-            "    try: return importlib.util.find_spec(m) is not None\n"
-            "    except Exception: return False\n"
-            "print(json.dumps([m for m in sys.argv[1:] if not found(m)]))")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
-    out = subprocess.run([str(venv / "bin/python"), "-c", code, *modules], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
-
-
 def _short(where: str) -> str:
     for marker in ("site-packages/", "/vllm-probe/"):
         if marker in where:
@@ -548,7 +535,10 @@ def build(args: argparse.Namespace) -> int:
                   "platform": probe["result"].get("platform"),
                   "python": probe["result"]["python"]}}
     deferred = deferred_imports(probe["result"].get("loaded_files", []))
-    absent = not_importable(venv, args.work / "vllm-probe", sorted(deferred))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    absent = flb.missing_modules(str(venv / "bin/python"),
+                                 {**env, "PYTHONPATH": str(args.work / "vllm-probe")},
+                                 sorted(deferred))
     vllm_requires = {flb.normalize(r.split(";")[0].split("[")[0].split(" ")[0].split("=")[0]
                                    .split("<")[0].split(">")[0])
                      for r in flb.wheel_requires(next(args.cache.glob("vllm-*.whl")))
