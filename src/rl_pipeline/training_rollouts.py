@@ -55,7 +55,8 @@ def step_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
     metrics.DEGENERATION`), the mean of each reward part, and the rollouts counted.
 
     Names are :data:`PREFIX` + ``truncation_rate``, ``repetition_rate``, ``no_reasoning_rate``,
-    ``count`` and ``<part>/mean``.
+    ``count`` and ``<part>/mean``; the judge's parts (its tokens, unparsed replies, cache
+    hits) also as ``<part>/sum``.
     """
     if not rollouts:
         return {}
@@ -71,6 +72,8 @@ def step_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
         finite = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
         if finite:
             metrics[f"{part}/mean"] = sum(finite) / len(finite)
+            if part.startswith("judge_"):  # what the judge cost this step, and its misses
+                metrics[f"{part}/sum"] = sum(finite)
     return {PREFIX + name: value for name, value in metrics.items()}
 
 

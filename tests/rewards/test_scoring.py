@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -160,8 +161,8 @@ def test_the_reward_group_builds_one_reward_for_trainers_and_eval() -> None:
     (group,) = [o.split("=", 1)[1].strip("'") for o in overrides
                 if o.startswith("+reward.custom_reward_function.reward_kwargs.")]
     assert RewardParams.model_validate_json(group) == reward
-    assert verl_reward("openai/gsm8k", right, "72", response_facts(56, 64, False),
-                       reward=group) == {
+    assert asyncio.run(verl_reward("openai/gsm8k", right, "72", response_facts(56, 64, False),
+                                   reward=group)) == {
         "score": 0.5, "reward_function": 1.0, "overlong_penalty": -0.5,
         "reward_error": 0.0, "reward_timeout": 0.0}
 

@@ -3,11 +3,13 @@ answer, how they normalise, and that the self-test checks data scored by them.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from rl_pipeline.params import RewardParams
+from rl_pipeline.params import ConfigError, RewardParams
 from rl_pipeline.rewards import build_reward
-from rl_pipeline.rewards.self_test import ideal_response, self_test, wrong_answer
+from rl_pipeline.rewards.self_test import ideal_response, run_self_test, self_test, wrong_answer
 from rl_pipeline.rewards.text_answers import (
     choice,
     chosen_option,
@@ -89,3 +91,58 @@ def test_the_self_test_catches_letters_under_the_gsm8k_source() -> None:
         row["data_source"], response, row["reward_model"]["ground_truth"], facts),
         rows, 1.0, "compute_score")["openai/gsm8k"]
     assert not report["passed"] and report["gold_correct"] == 0.0
+
+
+# --- the regex reward: the user's pattern reads the answer
+
+def _regex(pattern: str, example: str = "{answer}", **reward):
+    return build_reward(RewardParams.model_validate({
+        "custom_reward_function": {"name": "regex"},
+        "regex": {"pattern": pattern, "example": example}, **reward}))
+
+
+def test_the_regex_reward_reads_the_last_match_and_normalises() -> None:
+    reward = _regex(r"Label:\s*(?P<answer>[\w-]+)", "Label: {answer}")
+    assert reward("tickets", "Label: billing\nno wait.\nLabel: Refund", "refund") == 1.0
+    assert reward("tickets", "Label: Refund\nLabel: billing", "refund") == 0.0
+    assert reward("tickets", "It is a refund.", "refund") == 0.0  # no match: no answer
+    scored = reward.score("tickets", "Label: Refund", "refund")
+    assert scored.pred == "Refund"  # what majority voting counts
+
+
+def test_a_pattern_that_backtracks_forever_is_cut_at_the_time_limit() -> None:
+    reward = _regex(r"^(?:(a|aa)+$|Label: (?P<answer>\w+))", "Label: {answer}", timeout_s=0.5)
+    scored = reward.score("s", "a" * 40 + "!", "a")
+    assert scored.reward == 0.0 and "TimeoutError" in scored.error
+
+
+@pytest.mark.parametrize(("regex", "message"), [
+    ({"pattern": "Label: (", "example": "Label: {answer}"}, "not a regular expression"),
+    ({"pattern": r"Label: \w+", "example": "Label: {answer}"}, "no group"),
+    ({"pattern": r"Answer: (\w+)", "example": "Label: {answer}"}, "does not read the answer"),
+    ({"pattern": r"Label: (\w+)", "example": "Label:"}, "put {answer}"),
+])
+def test_a_pattern_that_cannot_read_its_example_is_refused(regex, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        RewardParams.model_validate({"custom_reward_function": {"name": "regex"},
+                                     "regex": regex})
+
+
+def test_the_self_test_writes_ideal_responses_as_the_pattern_reads_them() -> None:
+    rows = [{"data_source": "tickets", "reward_model": {"ground_truth": label},
+             "extra_info": {"index": i}} for i, label in enumerate(["refund", "billing", "B"])]
+    params = RewardParams.model_validate({
+        "custom_reward_function": {"name": "regex"},
+        "regex": {"pattern": r"Label:\s*(?P<answer>\w+)", "example": "Label: {answer}"}})
+    score = build_reward(params, strict=True)
+    report, failed = run_self_test(lambda row, response, facts: score.score(
+        row["data_source"], response, row["reward_model"]["ground_truth"], facts), rows, params)
+    assert failed == [] and report["tickets"]["gold_correct"] == 1.0
+    assert report["tickets"]["examples"][0]["response"].endswith("Label: refund")
+    # A pattern that reads its example but not the data's answers fails, naming it.
+    params = params.model_copy(update={"regex": params.regex.model_copy(
+        update={"pattern": r"Label: (?P<answer>[A-Za-z])"})})  # one letter: "r" of "refund"
+    score = build_reward(params, strict=True)
+    _, failed = run_self_test(lambda row, response, facts: score.score(
+        row["data_source"], response, row["reward_model"]["ground_truth"], facts), rows, params)
+    assert failed and "regex: the answer reward.regex.pattern reads" in failed[0][1]

@@ -41,7 +41,12 @@ CASES = {
     "code_tests": ("code_tests", "```python\ndef add(a, b):\n    return a + b\n```",
                    "```python\ndef add(a, b):\n    return a - b\n```",
                    "assert add(1, 2) == 3"),
+    "regex": ("tickets", "The customer wants money back.\nLabel: refund", "Label: billing",
+              "Refund"),
 }
+# The groups a built-in reward is made from, beyond its name.
+SETTINGS = {"regex": {"regex": {"pattern": r"Label:\s*(?P<answer>\w+)",
+                                "example": "Label: {answer}"}}}
 # A reward of two weighted terms: correctness and a small format credit.
 TERMS = {"terms": [{"name": "compute_score", "label": "correct"},
                    {"name": "well_formed", "weight": 0.1, "label": "format"}]}
@@ -54,7 +59,8 @@ def score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_the_cases_cover_every_builtin_reward() -> None:
-    assert set(CASES) == set(BUILTIN)
+    # The judge needs an endpoint: its call paths are in tests/rewards/test_judge.py.
+    assert set(CASES) | {"judge"} == set(BUILTIN)
 
 
 def test_the_math_scorer_scores_off_the_main_thread() -> None:
@@ -93,7 +99,8 @@ def test_each_builtin_reward_scores_through_verls_reward_manager(name, verl_mana
     if name == "code_tests" and (why := sandbox_problem()):
         pytest.skip(why)
     source, right, wrong, truth = CASES[name]
-    manager = verl_manager(RewardParams(custom_reward_function={"name": name}))
+    manager = verl_manager(RewardParams.model_validate(
+        {"custom_reward_function": {"name": name}, **SETTINGS.get(name, {})}))
     scored = _run_single(manager, tokenizer, source, right, truth)
     assert scored["reward_score"] == 1.0, scored
     assert scored["reward_extra_info"]["reward_error"] == 0.0

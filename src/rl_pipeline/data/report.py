@@ -75,7 +75,8 @@ def report_numbers(report: dict[str, Any]) -> dict[str, Any]:
     return {**{k: report[k] for k in ("rows_in", "rows_out", "dropped", "truncated",
                                       "train_val_overlap", "prompt_tokens")},
             "reward_self_test": {source: {k: result[k] for k in ("gold_correct",
-                                                                 "wrong_below_gold")}
+                                                                 "wrong_below_gold",
+                                                                 "agreement") if k in result}
                                  for source, result in report["reward_self_test"].items()
                                  if isinstance(result, dict) and "unchecked" not in result}}
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from rl_pipeline.models.resolve import ModelResolutionError, resolve_model
+from rl_pipeline.models.resolve import RESOLVED_DIR, ModelResolutionError, resolve_model
 
 
 class ModelSourceDataset(AbstractDataset[None, str]):
@@ -25,7 +25,7 @@ class ModelSourceDataset(AbstractDataset[None, str]):
             storage that other machines share, as a Ray cluster's nodes do).
     """
 
-    def __init__(self, *, source: str, resolved_dir: str = "data/06_models/resolved",
+    def __init__(self, *, source: str, resolved_dir: str = RESOLVED_DIR,
                  chat_template: str | None = None, link_files: bool = True,
                  metadata: dict[str, Any] | None = None) -> None:
         self._source = source

@@ -144,7 +144,9 @@ def model_metrics(generations: pd.DataFrame,
         prompts; None when there are none), ``truncation_rate``, ``repetition_rate``,
         ``no_reasoning_rate``, ``mean_response_tokens``, ``prompts``, ``gsm8k_prompts``,
         ``samples_per_prompt``, ``reward_errors``, ``reward_timeouts``, with ``reward.terms``
-        each term's mean (``mean_term_<label>``), and the same per data source in
+        each term's mean (``mean_term_<label>``), with the judge reward its totals
+        (``judge_prompt_tokens``, ``judge_completion_tokens``, ``judge_unparsed``,
+        ``judge_cached``), and the same per data source in
         ``by_data_source``.
     """
     if per_prompt is None:
@@ -154,6 +156,8 @@ def model_metrics(generations: pd.DataFrame,
         metrics[name] = int(generations[column].sum()) if column in generations else 0
     for column in sorted(c for c in generations.columns if c.startswith("term_")):
         metrics[f"mean_{column}"] = float(generations[column].mean())  # reward.terms
+    for column in sorted(c for c in generations.columns if c.startswith("judge_")):
+        metrics[column] = int(generations[column].sum())  # the judge's tokens and counts
     metrics["by_data_source"] = {
         str(source): _summary(per_prompt[per_prompt["data_source"] == source], resamples, seed)
         for source in sorted(per_prompt["data_source"].unique())}

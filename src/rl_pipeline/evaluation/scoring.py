@@ -14,7 +14,7 @@ from rl_pipeline.evaluation.gsm8k import flexible_score, is_gsm8k_source, strict
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import Reward, build_reward
 from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive, response_facts
-from rl_pipeline.rewards.scoring import TERM
+from rl_pipeline.rewards.scoring import JUDGE_PART, TERM
 
 
 def eval_reward(reward: RewardParams) -> Reward:
@@ -45,16 +45,21 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
         wrong; GSM8K sources only, else NaN), ``answer`` (the extracted answer that
         majority voting counts; None: no answer), and the degeneration flags of
         :mod:`rl_pipeline.rewards.form`: ``repetitive`` and ``no_reasoning``; with
-        ``reward.terms``, each term's score (``term_<label>``).
+        ``reward.terms``, each term's score (``term_<label>``); with the judge reward, its
+        tokens, unparsed and cached flags (``judge_*``: :data:`rl_pipeline.rewards.judge.
+        PARTS`). Scored ``reward.score_batch`` at a time (a judge's requests overlap).
     """
-    rows = []
+    samples = []
     for g in generations:
         row = prompts.iloc[g.prompt_index]
-        truth = str(row["reward_model"]["ground_truth"])
-        source = str(row["data_source"])
         extra = row["extra_info"] if "extra_info" in prompts else None
         facts = response_facts(g.tokens, max_new_tokens, g.truncated)
-        scored = reward.score(source, g.text, truth, {**(extra or {}), **facts})
+        samples.append((str(row["data_source"]), g.text, str(row["reward_model"]["ground_truth"]),
+                        {**(extra or {}), **facts}))
+    rows = []
+    for g, (source, _, truth, _), scored in zip(generations, samples,
+                                                reward.score_batch(samples), strict=True):
+        row = prompts.iloc[g.prompt_index]
         gsm8k = is_gsm8k_source(source)
         rows.append({
             "model": label, "prompt_index": g.prompt_index, "sample_index": g.sample_index,
@@ -70,7 +75,7 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
             "answer": extract_answer(source, g.text, scored.pred),
             "repetitive": is_repetitive(g.text),
             "no_reasoning": has_no_reasoning(g.text),
-            **{k: v for k, v in scored.extra.items() if k.startswith(TERM)},
+            **{k: v for k, v in scored.extra.items() if k.startswith((TERM, JUDGE_PART))},
         })
     return pd.DataFrame(rows)
 

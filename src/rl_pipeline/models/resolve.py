@@ -30,6 +30,9 @@ from typing import Any
 from rl_pipeline.errors import UserError
 from rl_pipeline.staging import staged
 
+# Where resolved folders live unless the catalog says otherwise (its base_model entry).
+RESOLVED_DIR = "data/06_models/resolved"
+
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "model_metadata.json"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import string
 from typing import ClassVar, Literal
 
+import regex
 from pydantic import Field, field_validator, model_validator
 
 from rl_pipeline.params.base import ParamGroup
@@ -21,7 +23,9 @@ class CustomRewardFunction(ParamGroup):
         "strict, MATH via math-verify, exact_match and choice for text answers, else verl's "
         "default; docs/rewards.md), strict_gsm8k, flexible_gsm8k, math_verify_score, "
         "exact_match (the final answer equal to the ground truth after normalisation), "
-        "choice (the option letter or label the final answer picks), code_tests (the "
+        "choice (the option letter or label the final answer picks), judge (a judge model "
+        "grades the response: reward.judge), regex (your pattern reads the answer: "
+        "reward.regex), code_tests (the "
         "response's program with the data's assert tests, in the project's sandbox), "
         "well_formed (1.0 for one '#### <number>' answer, ended, not repetitive), "
         "gsm8k_format_credit (1.0 for one correct "
@@ -49,6 +53,152 @@ class RewardTerm(ParamGroup):
     @property
     def metric(self) -> str:
         return self.label or self.name
+
+
+JUDGE = "judge"  # the built-in reward name that asks a judge model (rl_pipeline.rewards.judge)
+# What a judge template may name: str.format fields, filled per response.
+JUDGE_FIELDS = ("question", "response", "ground_truth", "rubric", "max_score")
+
+
+class JudgeParams(ParamGroup):
+    """The judge model behind the ``judge`` reward (``reward.judge``): where it is served,
+    what it is asked and how its answer is read (docs/rewards.md, "A judge model")."""
+
+    model: str | None = Field(
+        None, description="A model the project serves itself as the judge (a folder, a .gguf "
+        "file or a hub id, resolved as base_model is), on the loopback address: with vLLM's "
+        "server on a GPU, with `transformers serve` on a CPU; started by each stage that "
+        "scores and stopped after it. Set this or url.")
+    url: str | None = Field(
+        None, description="The base URL (ending /v1) of an OpenAI-compatible chat endpoint "
+        "serving the judge elsewhere (vLLM, an inference provider). Set this or model; on a "
+        "Ray cluster it must be reachable from every node.")
+    served_model: str | None = Field(
+        None, description="The model name sent with each request; default: the served model's "
+        "folder (model), required with url.")
+    api_key_env: str | None = Field(
+        None, description="The name of the environment variable that holds the endpoint's "
+        "key (never the key: the repository and MLflow do not hold it). null: no key.")
+    server: Literal["auto", "vllm", "transformers"] = Field(
+        "auto", description="The server for model: vllm (`vllm serve`, needs a GPU), "
+        "transformers (`transformers serve`, CPU or GPU), or auto: vllm where CUDA and vLLM "
+        "are here, else transformers.")
+    server_args: list[str] = Field(
+        default_factory=list, description="More arguments for the server's command line, e.g. "
+        "['--gpu-memory-utilization', '0.2'] for vLLM beside training on one GPU.")
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="How long the served judge may take to answer its health "
+        "check (loading the model included) before the stage fails.")
+    template: str | None = Field(
+        None, description="A text file with the judge's prompt, its fields in braces: "
+        "{question}, {response}, {ground_truth}, {rubric}, {max_score}; it must ask for a "
+        "last line 'SCORE: <n>'. null: the built-in template (rl_pipeline/rewards/judge.py), "
+        "which grades the response against the ground truth by the rubric.")
+    rubric: str = Field(
+        "The response is correct when its final answer means the same as the reference "
+        "answer; the reasoning does not matter.",
+        description="What the judge checks, in words (the template's {rubric}).")
+    max_score: int = Field(
+        1, ge=1, description="The judge scores 0..max_score; the reward is score/max_score. "
+        "1: a verdict (SCORE: 1 correct, SCORE: 0 not).")
+    max_tokens: int = Field(
+        64, ge=1, description="The judge's reply budget in tokens (its reasoning, then the "
+        "SCORE line).")
+    temperature: float = Field(0.0, ge=0, description="The judge's sampling temperature "
+                               "(0: its most likely reply, so the cache holds).")
+    concurrency: int = Field(
+        8, ge=1, description="Requests in flight at once, per process that scores.")
+    request_timeout_s: float = Field(60.0, gt=0, description="Time limit of one request.")
+    retries: int = Field(
+        3, ge=0, description="Retries of a request that failed (connection, timeout, 429, "
+        "5xx), with exponential backoff (the OpenAI client's); then the sample scores 0 and "
+        "counts as a reward error.")
+    cache_path: str | None = Field(
+        "data/07_model_output/judge_cache.sqlite",
+        description="A SQLite file of the judge's replies, keyed by judge model, template and "
+        "the request's text: a rerun does not ask (or pay) twice. null: no cache.")
+    min_agreement: float = Field(
+        0.8, ge=0, le=1, description="The reward self-test's bar for a judge: the share of "
+        "ideal responses it scores correct and wrong ones below, together; below it the run "
+        "stops, naming the judge, the agreement and 3 examples.")
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> JudgeParams:
+        if self.model and self.url:
+            raise ValueError("reward.judge: set model (a judge the project serves) or url (one "
+                             "served elsewhere), not both")
+        if self.url and not self.served_model:
+            raise ValueError(f"reward.judge.url={self.url!r}: set reward.judge.served_model "
+                             "to the model name the endpoint serves")
+        if self.url and not re.match(r"https?://", self.url):
+            raise ValueError(f"reward.judge.url={self.url!r}: expected an http(s):// base URL "
+                             "ending /v1")
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            raise ValueError("reward.judge.api_key_env: expected the name of an environment "
+                             "variable (letters, digits, _), not a key")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model or self.url)
+
+
+def template_fields(text: str, where: str) -> list[str]:
+    """The fields a judge template names; raises ValueError naming one it may not."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"{where}: not a template ({exc}); write literal braces as {{{{ }}}}") \
+            from None
+    bad = sorted({n for n in names if n not in JUDGE_FIELDS})
+    if bad:
+        raise ValueError(f"{where}: unknown field(s) {bad}; a judge template may use "
+                         f"{', '.join('{' + f + '}' for f in JUDGE_FIELDS)}")
+    return names
+
+
+REGEX = "regex"  # the built-in reward that reads the answer with the user's pattern
+
+
+class RegexParams(ParamGroup):
+    """The user's pattern behind the ``regex`` reward (``reward.regex``)."""
+
+    pattern: str | None = Field(
+        None, description="A Python regular expression that finds the answer in a response: "
+        "its group named answer (or its first group) is compared with the ground truth after "
+        "exact_match's normalisation; the last match counts. E.g. 'Label: (?P<answer>\\w+)'.")
+    example: str = Field(
+        "{answer}", description="A response as the pattern expects it, {answer} where the "
+        "answer goes (e.g. 'Label: {answer}'): the pattern must read it back, and the reward "
+        "self-test writes its ideal and wrong responses this way.")
+
+    @model_validator(mode="after")
+    def _reads_its_example(self) -> RegexParams:
+        if self.pattern is None:
+            return self
+        try:
+            compiled = regex.compile(self.pattern, regex.MULTILINE)  # as the reward runs it
+        except regex.error as exc:
+            raise ValueError(f"reward.regex.pattern={self.pattern!r}: not a regular "
+                             f"expression ({exc})") from None
+        if "answer" not in compiled.groupindex and compiled.groups < 1:
+            raise ValueError(f"reward.regex.pattern={self.pattern!r}: it has no group to read "
+                             "the answer from; add (?P<answer>...)")
+        if "{answer}" not in self.example:
+            raise ValueError(f"reward.regex.example={self.example!r}: put {{answer}} where "
+                             "the answer goes")
+        group = "answer" if "answer" in compiled.groupindex else 1
+
+        def reads(probe: str) -> bool:
+            found = list(compiled.finditer(self.example.replace("{answer}", probe)))
+            return bool(found) and found[-1].group(group) == probe
+
+        probes = ("Paris", "42", "B", "Paris 42")  # a word, a number, a letter, a phrase
+        if not any(reads(p) for p in probes):
+            raise ValueError(f"reward.regex.pattern={self.pattern!r} does not read the answer "
+                             f"back from reward.regex.example={self.example!r} (tried the "
+                             f"answers {', '.join(map(repr, probes))}): fix one or the other")
+        return self
 
 
 class RewardParams(ParamGroup):
@@ -85,6 +235,12 @@ class RewardParams(ParamGroup):
         "as high (on 10% of rows or more), naming the data source, its scorer and example "
         "rows; 'warn' logs it; 'off' skips it (YAML and `--params reward.self_test=off` read an "
         "unquoted off as false: that means off too).")
+    regex: RegexParams = Field(
+        default_factory=RegexParams, description="The pattern of the regex reward "
+        "(custom_reward_function.name: regex, or a term named regex).")
+    judge: JudgeParams = Field(
+        default_factory=JudgeParams, description="The judge model of the judge reward "
+        "(custom_reward_function.name: judge, or a term named judge).")
 
     terms: list[RewardTerm] = Field(
         default_factory=list, description="A reward of several weighted terms, e.g. "
@@ -93,6 +249,39 @@ class RewardParams(ParamGroup):
         "each term is contained (its time limit, errors scored 0 and counted) and logged "
         "apart, per training step and per model in eval. Empty: the one "
         "custom_reward_function. Set one or the other.")
+
+    @model_validator(mode="after")
+    def _judge_configured(self) -> RewardParams:
+        if not self.uses_judge:
+            return self
+        if not self.judge.configured:
+            raise ValueError("the reward asks a judge (name: judge) but reward.judge has "
+                             "neither model (a judge the project serves) nor url (one served "
+                             "elsewhere): set one")
+        if self.judge.template:
+            from pathlib import Path
+
+            file = Path(self.judge.template)
+            if not file.is_file():
+                raise ValueError(f"reward.judge.template={self.judge.template!r}: no such file")
+            if "response" not in template_fields(file.read_text(encoding="utf-8"),
+                                                 f"reward.judge.template={str(file)!r}"):
+                raise ValueError(f"reward.judge.template={str(file)!r}: it never shows the "
+                                 "judge the {response}")
+        return self
+
+    @model_validator(mode="after")
+    def _regex_configured(self) -> RewardParams:
+        if any(name == REGEX and not path for path, name in self.functions()) and \
+                self.regex.pattern is None:
+            raise ValueError("the reward reads answers with a pattern (name: regex) but "
+                             "reward.regex.pattern is not set")
+        return self
+
+    @property
+    def uses_judge(self) -> bool:
+        """Whether the reward asks the judge model (a built-in named judge)."""
+        return any(name == JUDGE and not path for path, name in self.functions())
 
     @model_validator(mode="after")
     def _terms_or_function(self) -> RewardParams:

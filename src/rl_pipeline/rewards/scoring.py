@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import inspect
 import logging
 import math
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
+from rl_pipeline.params.reward import JUDGE, REGEX
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
+from rl_pipeline.rewards.judge import Judge
 from rl_pipeline.rewards.sandbox import code_tests
-from rl_pipeline.rewards.text_answers import choice, exact_match
+from rl_pipeline.rewards.text_answers import RegexAnswer, choice, exact_match
 
 if TYPE_CHECKING:
     from rl_pipeline.params import RewardParams
@@ -26,6 +31,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RewardFunction = Callable[..., "float | dict[str, Any]"]
+# (data_source, solution_str, ground_truth, extra_info): one sample, as score() takes it
+Sample = tuple[str, str, str, "dict | None"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 PKG = "pkg://"  # verl's prefix for a reward module imported by name, not by file path
@@ -142,9 +149,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
 
 
+# The judge is built from reward.judge (build_reward), not loaded by name: listed so that the
+# name checks (parameters, self-test) know it.
 BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, math_verify_score,
                                    gsm8k_format_credit, exact_match, choice, well_formed,
                                    code_tests)}
+# Classes: build_reward makes them from reward.judge and reward.regex, never by name.
+BUILTIN[JUDGE], BUILTIN[REGEX] = Judge, RegexAnswer
 
 
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
@@ -162,6 +173,9 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
             does not take verl's reward arguments.
     """
     if not path:
+        if name in (JUDGE, REGEX):
+            raise ValueError(f"the {name} reward is made from the reward.{name} group: "
+                             "rl_pipeline.rewards.build_reward builds it")
         if name not in BUILTIN:
             raise ValueError(f"custom_reward_function.name={name!r} is not a built-in reward; "
                              f"built-ins: {', '.join(BUILTIN)} (or give a file in .path)")
@@ -213,6 +227,7 @@ class Scored:
     timed_out: bool = False  # ran past reward.timeout_s (error says so too)
     extra: dict[str, float] = field(default_factory=dict)  # a dict result's other numbers
     pred: str | None = None  # a dict result's extracted answer (verl votes on it: maj@N)
+    note: str | None = None  # a dict result's remark, e.g. the judge's reply
 
     def parts(self) -> dict[str, float]:
         """The reward's terms and failure flags, as numbers (:data:`PARTS` then ``extra``)."""
@@ -249,6 +264,8 @@ class SafeReward:
         self.timeout_s = timeout_s if source is not None else None
         self.errors = 0
         self.timeouts = 0
+        # Samples scored at once by score_batch: a judge's requests in flight, else one.
+        self.concurrency = int(getattr(fn, "concurrency", 1))
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: str,
                  extra_info: dict | None = None) -> float:
@@ -281,15 +298,30 @@ class SafeReward:
                                exc if timed_out else f"raised {exc!r}")
             return Scored(penalty, 0.0, penalty, f"{type(exc).__name__}: {exc}"[:300],
                           timed_out)
-        extra, pred = {}, None
+        extra, pred, note = {}, None, None
         if isinstance(result, dict):
             extra = {str(k): float(v) for k, v in result.items() if k != "score"
                      and isinstance(v, int | float) and not isinstance(v, bool)}
             pred = None if result.get("pred") is None else str(result["pred"])
-        return Scored(value + penalty, value, penalty, extra=extra, pred=pred)
+            note = None if result.get("note") is None else str(result["note"])
+        return Scored(value + penalty, value, penalty, extra=extra, pred=pred, note=note)
+
+    def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
+        """:meth:`score` of each sample, in order; ``concurrency`` at once (a judge's
+        requests overlap; other rewards score one by one)."""
+        return _batch(self.score, samples, self.concurrency)
 
 
 TERM = "term_"  # the prefix of a weighted term's part (its metric): term_<label>
+JUDGE_PART = "judge_"  # the prefix of the judge's parts (rl_pipeline.rewards.judge.PARTS)
+
+
+def _batch(score: Callable[..., Scored], samples: Sequence[Sample],
+           concurrency: int) -> list[Scored]:
+    if concurrency <= 1 or len(samples) <= 1:
+        return [score(*sample) for sample in samples]
+    with ThreadPoolExecutor(min(concurrency, len(samples))) as pool:
+        return list(pool.map(lambda sample: score(*sample), samples))
 
 
 class WeightedReward:
@@ -303,6 +335,7 @@ class WeightedReward:
                  overlong: OverlongPenalty | None = None) -> None:
         self.terms = terms
         self.overlong = overlong or OverlongPenalty()
+        self.concurrency = max(t.concurrency for _, _, t in terms)
 
     @property
     def errors(self) -> int:
@@ -319,18 +352,25 @@ class WeightedReward:
     def score(self, data_source: str, solution_str: str, ground_truth: str,
               extra_info: dict | None = None) -> Scored:
         """The reward of one response: the weighted sum, each term a part."""
-        total, parts, failed, pred = 0.0, {}, [], None
+        total, parts, failed, pred, note = 0.0, {}, [], None, None
         for label, weight, term in self.terms:
             scored = term.score(data_source, solution_str, ground_truth, extra_info)
             total += weight * scored.function_score
             parts[f"{TERM}{label}"] = scored.function_score
+            # A judge term's costs and failures, to be logged as the judge alone logs them
+            parts.update({k: v for k, v in scored.extra.items() if k.startswith(JUDGE_PART)})
             if scored.error is not None:
                 failed.append((label, scored))
             pred = pred if pred is not None else scored.pred
+            note = note if note is not None else scored.note
         penalty = self.overlong(extra_info)
         error = "; ".join(f"{label}: {s.error}" for label, s in failed) or None
         timed_out = bool(failed) and all(s.timed_out for _, s in failed)
-        return Scored(total + penalty, total, penalty, error, timed_out, parts, pred)
+        return Scored(total + penalty, total, penalty, error, timed_out, parts, pred, note)
+
+    def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
+        """:meth:`score` of each sample, in order, ``concurrency`` at once."""
+        return _batch(self.score, samples, self.concurrency)
 
 
 Reward = SafeReward | WeightedReward  # what build_reward gives every caller
@@ -347,20 +387,29 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
     """
     strict = reward.strict if strict is None else strict
     overlong = OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor)
+
+    def contained(path: str | None, name: str,
+                  penalty: OverlongPenalty | None = None) -> SafeReward:
+        if name == JUDGE and not path:
+            # In this thread: the judge's own request timeout and retries bound it, and a
+            # worker process per request would lose the client, its connections and cache.
+            return SafeReward(Judge(reward.judge), strict, penalty)
+        if name == REGEX and not path:  # in this thread: the regex package's own time limit
+            return SafeReward(RegexAnswer(reward.regex.pattern, reward.timeout_s), strict,
+                              penalty)
+        return SafeReward(load_reward_function(path, name), strict, penalty,
+                          source=(path, name), timeout_s=reward.timeout_s)
+
     if reward.terms:
-        return WeightedReward(
-            [(t.metric, t.weight, SafeReward(load_reward_function(t.path, t.name), strict,
-                                             source=(t.path, t.name),
-                                             timeout_s=reward.timeout_s))
-             for t in reward.terms], overlong)
+        return WeightedReward([(t.metric, t.weight, contained(t.path, t.name))
+                               for t in reward.terms], overlong)
     fn = reward.custom_reward_function
-    return SafeReward(load_reward_function(fn.path, fn.name), strict, overlong,
-                      source=(fn.path, fn.name), timeout_s=reward.timeout_s)
+    return contained(fn.path, fn.name, overlong)
 
 
-def verl_reward(data_source: str, solution_str: str, ground_truth: str,
-                extra_info: dict | None = None, *, reward: str = "{}",
-                **_: Any) -> dict[str, float]:
+async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
+                      extra_info: dict | None = None, *, reward: str = "{}",
+                      **_: Any) -> dict[str, float]:
     """The reward as verl's reward loop calls it (``reward.custom_reward_function``).
 
     verl passes ``custom_reward_function.reward_kwargs`` as keyword arguments; ours hold one,
@@ -372,13 +421,26 @@ def verl_reward(data_source: str, solution_str: str, ground_truth: str,
     (:class:`~rl_pipeline.engines.verl.reward_manager.ResponseFactsRewardManager`). Other
     keyword arguments verl adds (a reward-model router) are not used.
 
+    It is a coroutine: verl's reward loop awaits it for all of a batch's samples at once, and
+    it scores on a thread pool of the reward's own ``concurrency`` (a judge's requests in
+    flight; :func:`os.cpu_count` threads for other rewards, which run in worker processes
+    under ``reward.timeout_s`` anyway).
+
     Returns:
         ``score`` (the reward) and the reward's parts (:meth:`Scored.parts`), which verl
         keeps per sample as ``reward_extra_info``: the trainer logs them per step.
     """
-    scored = _reward_from_json(reward).score(data_source, solution_str, ground_truth,
-                                             extra_info)
+    scorer = _reward_from_json(reward)
+    scored = await asyncio.get_running_loop().run_in_executor(
+        _pool(reward), scorer.score, data_source, solution_str, ground_truth, extra_info)
     return {"score": scored.reward, **scored.parts()}
+
+
+@functools.cache
+def _pool(text: str) -> ThreadPoolExecutor:
+    scorer = _reward_from_json(text)
+    workers = scorer.concurrency if scorer.concurrency > 1 else min(32, (os.cpu_count() or 1) + 4)
+    return ThreadPoolExecutor(workers, thread_name_prefix="rl_pipeline-reward")
 
 
 @functools.cache

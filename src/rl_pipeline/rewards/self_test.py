@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from rl_pipeline.errors import UserError
+from rl_pipeline.params.reward import REGEX
 from rl_pipeline.rewards.form import response_facts
 from rl_pipeline.rewards.scoring import (
     BUILTIN,
@@ -50,6 +52,9 @@ _SCORERS = {
     "choice": "choice: the option letter (or label) the final answer picks",
     "code_tests": "code tests: the response's program with the ground truth's tests, run in "
                   "the sandbox",
+    "regex": "regex: the answer reward.regex.pattern reads, equal to the ground truth after "
+             "normalisation",
+    "judge": "judge: a judge model grades the response (reward.judge)",
 }
 _FIX = ("set data_prep.data_source to a value whose scorer reads these answers (table: "
         "docs/rewards.md), or reward.custom_reward_function to a reward for this data; "
@@ -125,12 +130,21 @@ def ideal_response(truth: str) -> str:
     return f"So the answer is \\boxed{{{truth}}}.\n#### {truth}"
 
 
+def regex_ideal(example: str) -> Callable[[str], str]:
+    """Ideal responses for the regex reward: :func:`ideal_response`, then the answer as
+    ``reward.regex.example`` writes it (the pattern reads the last match)."""
+    return lambda truth: f"{ideal_response(truth)}\n{example.replace('{answer}', truth)}"
+
+
 def wrong_answer(truth: str) -> str:
     """An answer that is not ``truth``: a number plus one, an option letter the next one
-    (``B`` -> ``C``, ``Z`` -> ``A``), else ``truth`` with ``+1``."""
+    (``B`` -> ``C``, ``Z`` -> ``A``), words with an ``x`` added (``refund`` -> ``refundx``),
+    else ``truth`` with ``+1``."""
     letter = truth.strip()
     if len(letter) == 1 and letter.isascii() and letter.isalpha():
         return chr((ord(letter.upper()) - ord("A") + 1) % 26 + ord("A"))
+    if truth.strip() and all(c.isalpha() or c == " " for c in truth.strip()):
+        return f"{truth.strip()}x"  # a word stays a word: a pattern for words reads it whole
     try:
         value = float(truth.replace(",", ""))
     except ValueError:
@@ -141,7 +155,10 @@ def wrong_answer(truth: str) -> str:
 
 def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
               rows: Sequence[dict[str, Any]], correct_score: float, reward_name: str,
-              reward_path: str | None = None) -> dict[str, dict[str, Any]]:
+              reward_path: str | None = None, *, workers: int = 1,
+              judge: str | None = None, min_agreement: float = 0.8,
+              ideal: Callable[[str], str] | None = None,
+              ) -> dict[str, dict[str, Any]]:
     """Score each data source's ground truths as ideal and as wrong responses.
 
     Args:
@@ -153,6 +170,13 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             evenly spread, are scored.
         correct_score: ``reward.correct_score``, the score of a correct answer.
         reward_name, reward_path: The reward, to name its scorer per source.
+        workers: Responses scored at once (a judge's concurrency).
+        ideal: Writes the ideal response for an answer (default :func:`ideal_response`;
+            with the regex reward, :func:`regex_ideal` of its example).
+        judge: The judge model, when the reward asks one: a data source then passes when
+            the judge agrees with the known answers (ideal responses at ``correct_score``,
+            wrong ones below it) on ``min_agreement`` of them, and the report has
+            ``judge`` and ``agreement``.
 
     Returns:
         Per data source: ``scorer``, ``rows``, ``gold_correct`` (share of ideal responses at
@@ -175,19 +199,29 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             continue
         step = max(1, len(source_rows) // ROWS_PER_SOURCE)
         chosen = source_rows[::step][:ROWS_PER_SOURCE]
-        results = []
+        jobs = []
         for row in chosen:
             truth = str(row["reward_model"]["ground_truth"])
-            gold, wrong = ideal_response(truth), ideal_response(wrong_answer(truth))
+            write = ideal or ideal_response
+            gold, wrong = write(truth), write(wrong_answer(truth))
             tokens = len(gold.split())
             facts = response_facts(tokens, max(tokens, 1) * 100, truncated=False)
-            (gold_score, gold_error, gold_terms), (wrong_score, wrong_error, wrong_terms) = \
-                _scored(score, row, gold, facts), _scored(score, row, wrong, facts)
-            results.append({"row": _row_id(row), "ground_truth": truth, "response": gold,
-                            "score": gold_score, "wrong_response": wrong,
+            jobs += [(row, gold, facts), (row, wrong, facts)]
+        scored = _scored_all(score, jobs, workers)
+        results = []
+        for i, row in enumerate(chosen):
+            (gold_score, gold_error, gold_terms, gold_note), \
+                (wrong_score, wrong_error, wrong_terms, wrong_note) = scored[2 * i:2 * i + 2]
+            ok = gold_score >= correct_score and (wrong_score < correct_score if judge
+                                                  else wrong_score < gold_score)
+            results.append({"row": _row_id(row),
+                            "ground_truth": str(row["reward_model"]["ground_truth"]),
+                            "response": jobs[2 * i][1],
+                            "score": gold_score, "wrong_response": jobs[2 * i + 1][1],
                             "wrong_score": wrong_score, "error": gold_error or wrong_error,
-                            "ok": gold_score >= correct_score and wrong_score < gold_score,
-                            "terms": (gold_terms, wrong_terms)})
+                            "ok": ok, "terms": (gold_terms, wrong_terms),
+                            **({"judge_reply": gold_note, "judge_reply_wrong": wrong_note}
+                               if judge else {})})
         gold_share = sum(r["score"] >= correct_score for r in results) / len(results)
         wrong_share = sum(r["wrong_score"] < r["score"] for r in results) / len(results)
         failed = [r for r in results if not r["ok"]]
@@ -198,6 +232,13 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             "passed": gold_share >= PASS_SHARE and wrong_share >= PASS_SHARE,
             "examples": [{k: v for k, v in r.items() if k not in ("ok", "terms")}
                          for r in (failed or results)[:EXAMPLES]]}
+        if judge:  # the share of the 2n responses the judge places on the right side
+            agreement = (sum(r["score"] >= correct_score for r in results)
+                         + sum(r["wrong_score"] < correct_score for r in results)) \
+                / (2 * len(results))
+            out[source].update({"judge": judge, "agreement": agreement,
+                                "min_agreement": min_agreement,
+                                "passed": agreement >= min_agreement})
         terms = sorted({t for r in results for t in r["terms"][0]})
         if terms:  # reward.terms: each term's mean on the ideal and on the wrong responses
             out[source]["terms"] = {t: {
@@ -209,12 +250,16 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
 
 def run_self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
                   rows: Sequence[dict[str, Any]], reward: RewardParams,
+                  workers: int | None = None,
                   ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """:func:`self_test` as ``reward.self_test`` asks: skipped ('off'), logged ('warn') or
     returned as failures that must stop the run ('error').
 
     First, whatever ``reward.self_test`` says, data the reward would score by running the
     model's code on this machine is refused (:func:`refuse_model_code_on_host`).
+
+    ``workers``: responses scored at once; default: the judge's ``concurrency`` for a judge,
+    else 1 (1 where ``score`` is not thread-safe).
 
     Returns:
         The report per data source, and ``(data_source, message)`` per failure to stop on.
@@ -223,7 +268,12 @@ def run_self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
     if reward.self_test == "off":
         return {"skipped": "reward.self_test=off"}, []
     fn = reward.custom_reward_function
-    report = self_test(score, rows, reward.correct_score, fn.name, fn.path)
+    judge = (reward.judge.served_model or reward.judge.model) if reward.uses_judge else None
+    uses_regex = any(name == REGEX and not path for path, name in reward.functions())
+    report = self_test(score, rows, reward.correct_score, fn.name, fn.path,
+                       workers=workers or (reward.judge.concurrency if judge else 1),
+                       judge=judge, min_agreement=reward.judge.min_agreement,
+                       ideal=regex_ideal(reward.regex.example) if uses_regex else None)
     failed = failures(report, reward.correct_score)
     if reward.self_test == "warn":
         for _, message in failed:
@@ -243,8 +293,13 @@ def failures(report: dict[str, dict[str, Any]],
         rows = "; ".join(
             f"{e['row']}: ground truth {e['ground_truth']!r}, response {e['response']!r} "
             f"scored {e['score']:g}, wrong answer scored {e['wrong_score']:g}"
+            + (f" (the judge replied {e['judge_reply']!r} and {e['judge_reply_wrong']!r})"
+               if "judge_reply" in e else "")
             + (f" (the reward raised {e['error']})" if e["error"] else "")
             for e in result["examples"])
+        if "agreement" in result:
+            messages.append((source, _judge_failure(source, result, correct_score, rows)))
+            continue
         errors = result.get("errors", 0)
         # A scorer that raised says nothing about whether it reads these answers.
         fix = (f"the reward function raised on {errors} of {result['rows']} rows, so "
@@ -259,21 +314,44 @@ def failures(report: dict[str, dict[str, Any]],
     return messages
 
 
+def _judge_failure(source: str, result: dict[str, Any], correct_score: float,
+                   rows: str) -> str:
+    return (f"reward self-test failed for data_source {source!r}: the judge "
+            f"{result['judge']!r} agreed with the known answers on {result['agreement']:.0%} "
+            f"of {2 * result['rows']} responses (ideal ones scored at least "
+            f"reward.correct_score={correct_score:g} on {result['gold_correct']:.0%}, wrong "
+            f"ones scored lower on {result['wrong_below_gold']:.0%}); "
+            f"reward.judge.min_agreement={result['min_agreement']:g}. Examples: {rows}. To "
+            "fix: a stronger judge (reward.judge.model or url), a clearer reward.judge.rubric "
+            "or template; reward.self_test=warn trains with this judge anyway.")
+
+
+def _scored_all(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
+                jobs: list[tuple[dict[str, Any], str, dict[str, Any]]], workers: int,
+                ) -> list[tuple[float, str | None, dict[str, float], str | None]]:
+    if workers <= 1:
+        return [_scored(score, *job) for job in jobs]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda job: _scored(score, *job), jobs))
+
+
 def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
             row: dict[str, Any], response: str, facts: dict[str, Any]
-            ) -> tuple[float, str | None, dict[str, float]]:
-    """The score, what went wrong (a raise or a value that is not a finite number), and the
-    weighted terms' scores when ``score`` returns a :class:`~rl_pipeline.rewards.Scored`."""
+            ) -> tuple[float, str | None, dict[str, float], str | None]:
+    """The score, what went wrong (a raise or a value that is not a finite number), the
+    weighted terms' scores and the scorer's note (a judge's reply) when ``score`` returns a
+    :class:`~rl_pipeline.rewards.Scored`."""
     try:
         result = score(row, response, facts)
         value = float(result.reward if hasattr(result, "reward") else result)
     except Exception as exc:  # user code on arbitrary text: report it with the row
-        return 0.0, f"{type(exc).__name__}: {exc}"[:300], {}
+        return 0.0, f"{type(exc).__name__}: {exc}"[:300], {}, None
     terms = {k[len(TERM):]: v for k, v in getattr(result, "extra", {}).items()
              if k.startswith(TERM)}
+    note = getattr(result, "note", None)
     if not math.isfinite(value):
-        return 0.0, f"a score of {value}", terms
-    return value, None, terms
+        return 0.0, f"a score of {value}", terms, note
+    return value, None, terms, note
 
 
 def _row_id(row: dict[str, Any]) -> str:

@@ -78,3 +78,40 @@ def choice(data_source: str, solution_str: str, ground_truth: str | Sequence[str
         return 1.0 if picked is not None and picked in {t.strip().upper() for t in truths} \
             else 0.0
     return exact_match(data_source, solution_str, ground_truth, extra_info)
+
+
+class RegexAnswer:
+    """The ``regex`` reward: the user's pattern (``reward.regex.pattern``) finds the answer in
+    the response; its last match's ``answer`` group (or first group) equal to the ground
+    truth after :func:`normalize_answer` scores 1.0. Built from ``reward.regex`` by
+    :func:`rl_pipeline.rewards.build_reward`; the parameters checked that the pattern reads
+    ``reward.regex.example``, which the reward self-test writes its ideal responses in.
+
+    The pattern runs on the ``regex`` package, Python's syntax with a time limit: a pattern
+    that backtracks without end on some response (``(a|aa)+$``) raises ``TimeoutError``
+    after ``timeout_s`` (``reward.timeout_s``), which scores that sample 0 and is counted,
+    where ``re`` would stall the run.
+    """
+
+    __name__ = "regex"
+
+    def __init__(self, pattern: str, timeout_s: float | None = None) -> None:
+        import regex
+
+        self.pattern = regex.compile(pattern, regex.MULTILINE)
+        self.timeout_s = timeout_s
+
+    def answer(self, response: str) -> str | None:
+        """The last match's answer, or None when the pattern finds none."""
+        matches = list(self.pattern.finditer(response, timeout=self.timeout_s))
+        if not matches:
+            return None
+        last = matches[-1]
+        return last.group("answer") if "answer" in self.pattern.groupindex else last.group(1)
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: str | Sequence[str],
+                 extra_info: dict | None = None) -> dict:
+        found = self.answer(solution_str)
+        right = found is not None and normalize_answer(found) != "" and any(
+            normalize_answer(found) == normalize_answer(t) for t in _truths(ground_truth))
+        return {"score": 1.0 if right else 0.0, "pred": found}

@@ -84,3 +84,21 @@ def test_the_base_configuration_trains_with_the_spec_defaults() -> None:
     assert train.engine == "verl" and train.verl == VerlParams()
     with pytest.raises(ConfigError, match="train.verl.algorithm_adv_estimator='ppo'"):
         TrainParams.model_validate({"verl": {"algorithm_adv_estimator": "ppo"}})
+
+
+@pytest.mark.parametrize("text", [r"Label:\s*(?P<answer>\w+)", "it's", "ends in \\",
+                                  r"C:\models\judge", "quote after backslash \\'", "a,b=c"])
+def test_a_value_reaches_verl_exactly_as_given(text: str) -> None:
+    """Hydra keeps a backslash in a quoted string except before a quote: a regular
+    expression in the reward group (its JSON) must arrive with one backslash, not two."""
+    from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
+    from rl_pipeline.params import RewardParams
+
+    reward = RewardParams.model_validate({
+        "custom_reward_function": {"name": "regex"},
+        "regex": {"pattern": r"Label:\s*(?P<answer>\w+)", "example": "Label: {answer}"},
+        "judge": {"rubric": text}})
+    config = compose_verl_config(["data.max_response_length=64",
+                                  *reward_overrides(reward, None)])
+    sent = config.reward.custom_reward_function.reward_kwargs.reward
+    assert RewardParams.model_validate_json(sent) == reward

@@ -65,15 +65,16 @@ class TrlReward:
                  trainer_state: Any = None, log_metric: Any = None,
                  **_: Any) -> list[float]:
         ids = list(completion_ids) or [None] * len(completions)
-        rollouts = []
-        for prompt, completion, source, truth, info, tokens in zip(
-                prompts, completions, data_source, ground_truth, extra_info, ids,
-                strict=True):
-            facts = self._facts(tokens)
-            text = _text(completion)
-            scored = self.safe.score(source, text, truth, {**(json.loads(info) or {}), **facts})
-            rollouts.append(Rollout(last_user_turn(prompt), text, str(truth), scored.reward,
-                                    bool(facts.get(TRUNCATED, False)), scored.parts()))
+        facts = [self._facts(tokens) for tokens in ids]
+        texts = [_text(completion) for completion in completions]
+        samples = [(source, text, truth, {**(json.loads(info) or {}), **fact})
+                   for source, text, truth, info, fact in zip(
+                       data_source, texts, ground_truth, extra_info, facts, strict=True)]
+        rollouts = [Rollout(last_user_turn(prompt), text, str(truth), scored.reward,
+                            bool(fact.get(TRUNCATED, False)), scored.parts())
+                    for prompt, text, truth, fact, scored in zip(
+                        prompts, texts, ground_truth, facts, self.safe.score_batch(samples),
+                        strict=True)]
         for name, value in step_metrics(rollouts).items():
             if log_metric is not None:
                 log_metric(name, value)

@@ -135,7 +135,9 @@ def check_reward(config: DictConfig, tokenizer: Any, rows: list[dict[str, Any]],
         return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
 
     try:
-        report, failed = run_self_test(score, rows, reward)
+        # One at a time: verl's manager runs on its own event loop. A judge's replies are
+        # mostly cached by then (data_prep's self-test asked the same).
+        report, failed = run_self_test(score, rows, reward, workers=1)
     except ModelCodeOnHostError as exc:
         return [model_code_problem(exc, reward.custom_reward_function.name)], {}
     except Exception as exc:

@@ -319,6 +319,15 @@ def run_id_override(run_id: str) -> str:
     return f"+{_RUNTIME_ENV}.env_vars.MLFLOW_RUN_ID={_hydra_value(run_id)}"
 
 
+def judge_overrides() -> list[str]:
+    """Where the judge this stage serves is (rl_pipeline.rewards.judge_server), for verl's
+    reward workers (added at launch only: the port is the launch's own)."""
+    from rl_pipeline.rewards.judge import MODEL_ENV, URL_ENV
+
+    return [f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(os.environ[key])}"
+            for key in (URL_ENV, MODEL_ENV) if os.environ.get(key)]
+
+
 def owned_keys(launch: Iterable[str]) -> dict[str, str]:
     """verl key -> what sets it (a spec parameter, or the catalog), for refusing overrides."""
     owned = {m.key: f"train.verl.{m.spec}" for m in MAPPING}
@@ -381,4 +390,8 @@ def _hydra_value(value: Any) -> str:
     if _BARE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none") and \
             not _NUMBER.fullmatch(text):
         return text  # Hydra reads it as this string; quotes would only clutter the command
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # Hydra's quoted strings keep a backslash as it is, except before a quote (the closing
+    # one included), where backslashes are doubled: so '\\s' stays one backslash, as a
+    # regular expression in the reward group needs.
+    escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text).replace("'", "\\'")
+    return "'" + escaped + "'"

@@ -20,6 +20,7 @@ from rl_pipeline.engines.verl.config import (
     LaunchInputs,
     command_line,
     compose_verl_config,
+    judge_overrides,
     run_id_override,
 )
 from rl_pipeline.engines.verl.failures import (
@@ -70,7 +71,8 @@ def train_verl(overrides: list[str], run_id: str | None,
     import ray
     from verl.trainer.main_ppo import run_ppo
 
-    config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else [])])
+    config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else []),
+                                  *judge_overrides()])
     checkpoints = Path(config.trainer.default_local_dir)
     planned = planned_steps(config)
     resumed_from = latest_step(checkpoints) if config.trainer.resume_mode == "auto" else 0

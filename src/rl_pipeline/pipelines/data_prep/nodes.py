@@ -21,6 +21,7 @@ from rl_pipeline.data.report import (
 from rl_pipeline.models.tokenizer import load_tokenizer
 from rl_pipeline.params import DataParams, DataPrepParams, RewardParams
 from rl_pipeline.rewards import build_reward
+from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.rewards.self_test import RewardSelfTestError, run_self_test
 from rl_pipeline.tracking import mlflow_metrics
 
@@ -96,17 +97,22 @@ def check_reward(train: pd.DataFrame, val: pd.DataFrame, reward: RewardParams,
     """
     score = build_reward(reward, strict=True)  # a raise is reported with its row
     rows = pd.concat([train, val], ignore_index=True).to_dict("records")
-    report, failed = run_self_test(
-        lambda row, response, facts: score.score(row["data_source"], response,
-                                           str(row["reward_model"]["ground_truth"]),
-                                           {**(row.get("extra_info") or {}), **facts}),
-        rows, reward)
+    with judge_served(reward):  # a judge the project serves, for the self-test's length
+        report, failed = run_self_test(
+            lambda row, response, facts: score.score(row["data_source"], response,
+                                               str(row["reward_model"]["ground_truth"]),
+                                               {**(row.get("extra_info") or {}), **facts}),
+            rows, reward)
     if failed:
         raise RewardSelfTestError("\n".join(message for _, message in failed))
     for source, result in report.items():
         if isinstance(result, dict) and "unchecked" in result:
             logger.info("reward self-test, %s (%s): %s", source, result["scorer"],
                         result["unchecked"])
+        elif isinstance(result, dict) and "agreement" in result:
+            logger.info("reward self-test, %s: the judge %s agrees with the known answers on "
+                        "%.0f%% of %d responses", source, result["judge"],
+                        100 * result["agreement"], 2 * result["rows"])
         elif isinstance(result, dict):
             logger.info("reward self-test, %s (%s): golds correct %.0f%%, wrong answers lower "
                         "%.0f%%", source, result["scorer"], 100 * result["gold_correct"],

@@ -33,6 +33,7 @@ from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.params.registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
+from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -226,7 +227,9 @@ def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalPa
         vllm_gpu_memory_utilization=memory, label=label)
     logger.info("%s: generated in process %d, peak %s memory %.0f MiB", label, run.pid,
                 run.device, run.peak_memory_mib)
-    return score_generations(prompts, run.generations, label, scorer, sampling.max_new_tokens)
+    with judge_served(reward):  # after generating: the judge never shares the GPU with it
+        return score_generations(prompts, run.generations, label, scorer,
+                                 sampling.max_new_tokens)
 
 
 def check_eval_machine(backend: str, ray_address: str | None) -> None:

@@ -27,6 +27,7 @@ from rl_pipeline.engines.run_identity import (
 )
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.train import TrainParams
+from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
     run_id = run.info.run_id if (run := mlflow.active_run()) else None
     before = claim(folder, identity, run_id)
     engine = get_engine(name)
-    result = engine.train(plan, setup, train_prompts, val_prompts, run_id)
+    with judge_served(reward):  # a judge the project serves, while training asks it
+        result = engine.train(plan, setup, train_prompts, val_prompts, run_id)
     complete = result.summary.get("already_complete", False)
     continued = complete or result.summary.get("resumed_from_step", 0) > 0
     earlier = previous_run_id(before) if continued else None
@@ -113,7 +115,8 @@ def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
     setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
                                         _root(train_checkpoints_dir), train, data, reward,
                                         name)
-    checked = get_engine(name).preflight(setup, training=training)
+    with judge_served(reward):  # the self-test asks a judge the project serves
+        checked = get_engine(name).preflight(setup, training=training)
     report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
               "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
               **checked.report}
