@@ -50,55 +50,23 @@ def _one_environ():
 # minutes on 2 cores), leaves out the tests marked slow or gpu_boundary. Slow means more than
 # about 5 s on this 2-core machine: a whole kedro run, a Ray cluster, training or generating
 # with a model, verl's checks of a whole configuration (plan_verl), a package install.
-# Where to mark one: where it is written (`@pytest.mark.slow`, `pytestmark` for a module),
-# except in the folders being reorganised (tests/engines, tests/evaluation, tests/pipelines),
-# whose slow tests SLOW_TESTS lists by module and name (ALL: every test of the module); the
-# RAY_MODULES are slow as a whole. Two checks keep the tiers right as tests are added: a test
-# not marked slow that starts a process through tests/projects.py (a whole kedro run) fails,
-# naming the mark (_TierGuard); and the summary lists the tests that took more than
-# SLOW_REPORT_SECONDS without the mark, and SLOW_TESTS entries that name no test.
+# Mark one where it is written: `@pytest.mark.slow` on the test, or `pytestmark =
+# pytest.mark.slow` for a whole module, with a comment saying why. Two checks keep the tiers
+# right as tests are added: a test not marked slow that starts a process through
+# tests/projects.py (a whole kedro run) fails, naming the mark (_TierGuard); and the summary
+# lists the tests that took more than SLOW_REPORT_SECONDS without the mark.
 SLOW_REPORT_SECONDS = 10.0
-ALL = frozenset({"*"})
-SLOW_TESTS: dict[str, frozenset[str]] = {
-    # Training with the tiny model (trl), a killed run resumed.
-    "tests/engines/trl/test_engine.py": frozenset({
-        "test_a_killed_run_resumes_exactly_where_it_stopped",
-        "test_grpo_raises_the_mean_reward"}),
-    # verl's whole configuration composed and checked (plan_verl) with the tiny model.
-    "tests/engines/verl/test_engine.py": ALL,
-    "tests/engines/verl/test_host.py": ALL,
-    # verl's FSDP checkpoints converted by verl's model merger.
-    "tests/engines/verl/test_checkpoint.py": frozenset({
-        "test_a_full_fine_tuning_checkpoint_exports_a_verified_whole_model",
-        "test_a_conversion_that_differs_from_its_shards_is_refused"}),
-    # Generation with the tiny model, in processes of their own.
-    "tests/evaluation/test_generate.py": frozenset({
-        "test_each_model_generates_in_a_process_of_its_own",
-        "test_batched_greedy_equals_one_prompt_at_a_time", "test_sampling_is_seeded",
-        "test_samples_per_prompt_and_truncation_flag"}),
-    # The train and eval pipelines run whole (training, generation) in a Kedro runner.
-    "tests/pipelines/train/test_pipeline.py": ALL,
-    "tests/pipelines/eval/test_pipeline.py": ALL,
-}
-
-
-def _is_slow(module: str, name: str) -> bool:
-    listed = SLOW_TESTS.get(module, frozenset())
-    return module in RAY_MODULES or listed is ALL or name in listed
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` (pyproject's addopts) each module runs whole on one worker,
     so its module-scoped fixtures (a data_prep run, a trained model) are made once; the
-    RAY_MODULES share one group. The slow tests listed above are marked slow."""
+    RAY_MODULES share one group."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
-        name = getattr(item, "originalname", item.name)
-        if item.get_closest_marker("slow") is None and _is_slow(module, name):
-            item.add_marker(pytest.mark.slow)
     _guard_projects()
 
 
@@ -135,35 +103,19 @@ def _guard_projects() -> None:
         projects.subprocess = _TierGuard()
 
 
-def _stale_entries() -> list[str]:
-    stale = []
-    for module, names in SLOW_TESTS.items():
-        path = PROJECT_ROOT / module
-        if not path.exists():
-            stale.append(f"{module} (no such module)")
-            continue
-        text = path.read_text(encoding="utf-8")
-        stale += [f"{module}::{n} (no such test)" for n in sorted(names - ALL)
-                  if f"def {n}(" not in text]
-    return stale
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Tests that took over SLOW_REPORT_SECONDS (set-up included) without the slow mark, and
-    SLOW_TESTS entries that name nothing: both mean the tiers need a look."""
+    """Tests that took over SLOW_REPORT_SECONDS (set-up included) without the slow mark: the
+    tiers need a look."""
     seconds: dict[str, float] = {}
     for report in (r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
                    if getattr(r, "when", None) in ("setup", "call")):
         if "slow" not in report.keywords:
             seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
     over = sorted((t, n) for n, t in seconds.items() if t > SLOW_REPORT_SECONDS)
-    stale = _stale_entries()
-    if over or stale:
+    if over:
         terminalreporter.section("test tiers")
         for t, nodeid in reversed(over):
             terminalreporter.line(f"{t:6.1f}s {nodeid}: not marked slow (tests/conftest.py)")
-        for entry in stale:
-            terminalreporter.line(f"SLOW_TESTS in tests/conftest.py names {entry}")
 
 
 def read_gsm8k(path: Path = GSM8K_TRAIN, n: int | None = None) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ def generator(tiny_model_dir) -> HFGenerator:
     return HFGenerator(str(tiny_model_dir))
 
 
+@pytest.mark.slow
 def test_batched_greedy_equals_one_prompt_at_a_time(generator) -> None:
     settings = SamplingSettings(max_new_tokens=24, greedy=True)
     batched = generator.generate(_conversations(6), settings, batch_size=6)
@@ -27,6 +28,7 @@ def test_batched_greedy_equals_one_prompt_at_a_time(generator) -> None:
     assert [(g.prompt_index, g.sample_index) for g in batched] == [(i, 0) for i in range(6)]
 
 
+@pytest.mark.slow
 def test_samples_per_prompt_and_truncation_flag(generator) -> None:
     settings = SamplingSettings(max_new_tokens=8, n_samples=3, temperature=1.0, top_p=1.0,
                                 min_new_tokens=8)
@@ -36,6 +38,7 @@ def test_samples_per_prompt_and_truncation_flag(generator) -> None:
     assert all(g.tokens == 8 and g.truncated for g in out)  # forced to the cap
 
 
+@pytest.mark.slow
 def test_sampling_is_seeded(generator) -> None:
     settings = SamplingSettings(max_new_tokens=16, n_samples=2, temperature=1.0, top_p=1.0,
                                 seed=7)
@@ -69,6 +72,7 @@ def test_expanding_grouped_query_attention_keeps_the_outputs(tiny_model_dir) -> 
     assert not expand_grouped_query_attention(model)  # already multi-head: nothing to do
 
 
+@pytest.mark.slow
 def test_each_model_generates_in_a_process_of_its_own(tiny_model_dir) -> None:
     """vLLM keeps GPU memory after its engine is deleted: each model's generation runs in a
     child that returns everything when it exits (forced here, where the default, a CPU, would

@@ -46,6 +46,7 @@ def _rewards(checkpoints: Path) -> list[float]:
     return [h["reward"] for h in state["log_history"] if "reward" in h]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("learning_rate", [1e-2, 1e-12], ids=["training", "disabled"])
 def test_grpo_raises_the_mean_reward(tiny_model_dir, digit_reward, tmp_path,
                                      learning_rate) -> None:
@@ -82,6 +83,7 @@ train_trl(TrlParams.model_validate_json(params),
 """
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_exactly_where_it_stopped(tiny_model_dir, digit_reward_file,
                                                        digit_reward, tmp_path) -> None:
     """SIGKILL mid-way, rerun: it ends at max_steps, each step run once, on the schedule of

@@ -18,6 +18,7 @@ from rl_pipeline.training_result import RECORD, TrainingResult
 from tests.verl_inputs import verl_checkpoint
 
 
+@pytest.mark.slow
 def test_a_full_fine_tuning_checkpoint_exports_a_verified_whole_model(tiny_model_dir,
                                                                       tmp_path) -> None:
     checkpoints = tmp_path / "checkpoints"
@@ -53,6 +54,7 @@ def test_export_without_a_checkpoint_says_what_to_set(tmp_path) -> None:
     assert not list((tmp_path / "scratch").glob(".training-result-*"))
 
 
+@pytest.mark.slow
 def test_a_conversion_that_differs_from_its_shards_is_refused(tiny_model_dir, tmp_path,
                                                                monkeypatch) -> None:
     """verl's own ``model_merger test`` compares the converted folder with the shards; a

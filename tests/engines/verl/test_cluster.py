@@ -16,6 +16,9 @@ from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL, verl_prompts
 
+# Slow: a Ray cluster of two nodes.
+pytestmark = pytest.mark.slow
+
 TWO_NODES = {**SMALL, "trainer_nnodes": 2, "trainer_n_gpus_per_node": 1}
 
 

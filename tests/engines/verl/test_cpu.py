@@ -41,6 +41,9 @@ from tests.conftest import PROJECT_ROOT
 from tests.engines.verl.cpu_job import CPU_VERL
 from tests.verl_inputs import SMALL, verl_prompts
 
+# Slow: verl trains on a local Ray.
+pytestmark = pytest.mark.slow
+
 # A reward that varies within each group of a random model's answers: longer pays more.
 LENGTH_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
                  "    return min(len(solution_str), 200) / 200\n")

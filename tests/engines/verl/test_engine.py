@@ -17,6 +17,9 @@ from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL
 
+# Slow: verl's whole configuration composed and checked (plan_verl) with the tiny model.
+pytestmark = pytest.mark.slow
+
 
 def _plan(inputs, verl=None, reward=None, **kwargs):
     return plan_verl(VerlParams(**{**SMALL, **(verl or {})}), DataParams(),

@@ -23,6 +23,9 @@ from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL
 
+# Slow: verl's whole configuration composed and checked (plan_verl) with the tiny model.
+pytestmark = pytest.mark.slow
+
 
 def _plan(inputs, training: bool = False, gpus: int = 0, data: DataParams | None = None,
           **verl):

@@ -27,6 +27,9 @@ from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
 from tests.conftest import read_gsm8k
 
+# Slow: the eval pipeline runs whole (generation) in a Kedro runner.
+pytestmark = pytest.mark.slow
+
 EVAL = {"backend": "hf", "max_prompts": 3, "n_samples": 2, "greedy": False,
         "batch_size": 4, "rollout_val_temperature": 1.0, "pass_k": [1, 2, 4],
         "bootstrap_resamples": 1000}

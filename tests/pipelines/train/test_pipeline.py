@@ -17,6 +17,9 @@ from rl_pipeline.pipelines.train import create_pipeline
 from rl_pipeline.training_result import RECORD, TrainingResult
 from tests.conftest import train_catalog
 
+# Slow: the train pipeline runs whole (training) in a Kedro runner.
+pytestmark = pytest.mark.slow
+
 TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4,
        "per_device_train_batch_size": 8, "max_steps": 2,
        "save_steps": 1, "logging_steps": 1, "num_iterations": 1}
