@@ -104,3 +104,17 @@ def test_the_registry_names_each_engine_package() -> None:
         "verl": "rl_pipeline.engines.verl.engine", "trl": "rl_pipeline.engines.trl.engine"}
     for target in ENGINES.values():
         assert target.split(":")[0] in IMPORTS
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in helper modules (tests/conftest.py, tests/projects.py, ...),
+    so that a test module can be read, run and deleted alone."""
+    tests = PACKAGE.parents[1] / "tests"
+    crossing = []
+    for path in tests.rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            crossing += [f"{path.relative_to(tests)} imports {n}" for n in names
+                         if n.startswith("tests.") and n.rsplit(".", 1)[-1].startswith("test_")]
+    assert crossing == []

@@ -29,65 +29,23 @@ from any file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.gpu_boundary.verl_actor import (
+    ALPHA,
+    RANK,
+    fsdp2,
+    lora_actor,
+    single_process_group,
+)
+
 pytestmark = pytest.mark.gpu_boundary
 
-# verl's defaults for the actor's LoRA (our train.verl params: rank 64, alpha 32, all-linear,
-# excluding .*visual.*); a smaller rank for speed, and alpha != rank so a wrong scale shows.
-RANK, ALPHA = 8, 16
-TARGET_MODULES = "all-linear"
-EXCLUDE_MODULES = ".*visual.*"
 STEP = 2
 PROBES = ["Natalia sold clips to 48 of her friends.", "2 + 2 =", "Write a haiku."]
-
-
-@contextmanager
-def _single_process_group(folder: Path) -> Iterator[None]:
-    """A world-size-1 gloo group, as verl's worker has one per rank (a file store: no port)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():  # someone else's group: verl's manager would use its rank
-        pytest.skip("a torch.distributed group is already initialised in this process")
-    dist.init_process_group("gloo", init_method=f"file://{folder / 'pg_store'}", rank=0,
-                            world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def _lora_actor(model_dir: Path):
-    """The actor as verl's FSDP engine builds it with LoRA: the base in float32
-    (engine ``model_dtype`` fp32, transformer_impl.py:258-264), then ``get_peft_model`` with
-    the config of ``_build_lora_module`` (transformer_impl.py:338-383)."""
-    from peft import LoraConfig, TaskType, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    module = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    module.enable_input_require_grads()
-    return get_peft_model(module, LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=RANK, lora_alpha=ALPHA, target_modules=TARGET_MODULES,
-        exclude_modules=EXCLUDE_MODULES, bias="none"))
-
-
-def _fsdp2(module) -> None:
-    """verl's FSDP2 wrapping (transformer_impl.py ``_build_fsdp_module``, strategy fsdp2: our
-    default ``actor_strategy``), on a CPU mesh, with verl's default mixed precision."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-    from verl.utils.fsdp_utils import apply_fsdp2
-
-    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                                  cast_forward_inputs=True)
-    apply_fsdp2(module, {"mesh": mesh, "mp_policy": policy, "offload_policy": None,
-                         "reshard_after_forward": True}, {})
 
 
 def _train_and_checkpoint(model_dir: Path, tokenizer, checkpoints: Path,
@@ -104,8 +62,8 @@ def _train_and_checkpoint(model_dir: Path, tokenizer, checkpoints: Path,
     from verl.utils.torch_functional import get_constant_schedule_with_warmup
 
     torch.manual_seed(0)
-    actor = _lora_actor(model_dir)
-    _fsdp2(actor)
+    actor = lora_actor(model_dir)
+    fsdp2(actor)
     assert fsdp_version(actor) == 2
     # torch.optim.AdamW over module.parameters() is what verl's build_optimizer makes by
     # default (verl/workers/config/optimizer.py:298); a large lr so the adapter moves.
@@ -142,7 +100,7 @@ def _train_and_checkpoint(model_dir: Path, tokenizer, checkpoints: Path,
 
 def _reference_model(model_dir: Path, lora: dict[str, torch.Tensor]):
     """base + adapter by peft alone: a fresh LoRA model given the trained factors, merged."""
-    model = _lora_actor(model_dir)
+    model = lora_actor(model_dir)
     result = model.load_state_dict(lora, strict=False)
     assert not result.unexpected_keys
     assert not [k for k in result.missing_keys if "lora_" in k]
@@ -170,7 +128,7 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
     from rl_pipeline.pipelines.merge.nodes import merge_model
 
     checkpoints = tmp_path / "checkpoints"
-    with _single_process_group(tmp_path):
+    with single_process_group(tmp_path):
         lora = _train_and_checkpoint(tiny_model_dir, tokenizer, checkpoints, lora_only)
     assert any(k for k, v in lora.items() if "lora_B" in k and v.abs().max() > 0)
 

@@ -25,12 +25,7 @@ import pytest
 import torch
 
 from rl_pipeline.engines.verl.vllm_args import parser_path, vllm_source
-from tests.gpu_boundary.test_lora_checkpoint import (
-    RANK,
-    _fsdp2,
-    _lora_actor,
-    _single_process_group,
-)
+from tests.gpu_boundary.verl_actor import RANK, fsdp2, lora_actor, single_process_group
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
 
@@ -83,9 +78,9 @@ def _verl_sync_tensors(model_dir: Path, folder: Path) -> tuple[dict, dict, list[
     from verl.utils.model import convert_weight_keys
 
     torch.manual_seed(0)
-    with _single_process_group(folder):
-        actor = _lora_actor(model_dir)
-        _fsdp2(actor)
+    with single_process_group(folder):
+        actor = lora_actor(model_dir)
+        fsdp2(actor)
         ids = torch.randint(0, actor.config.vocab_size, (2, 12))
         optimizer = torch.optim.AdamW(actor.parameters(), lr=5e-2)
         actor(input_ids=ids, labels=ids).loss.backward()

@@ -133,8 +133,8 @@ class TrlParams(ParamGroup):
         "`trl vllm-serve` server (server).")
     algorithm_adv_estimator: str = Field(
         "grpo", description="Ours. Advantages: grpo (reward minus the group mean, scaled per "
-        "scale_rewards) or reinforce_plus_plus (reward minus the batch mean over the batch std, "
-        "no per-group baseline; verl's name).")
+        "scale_rewards) or reinforce_plus_plus (verl's REINFORCE++: the rewards whitened over the "
+        "batch's response tokens, so a response weighs by its length; no per-group baseline).")
 
     @field_validator("algorithm_adv_estimator")
     @classmethod

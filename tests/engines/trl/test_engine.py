@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from transformers import TrainerCallback
 
 from rl_pipeline.engines.problems import PreflightError
@@ -142,8 +143,15 @@ def _logged(checkpoints: Path, key: str) -> dict[int, float]:
     return {h["step"]: h[key] for h in state["log_history"] if key in h}
 
 
-def test_reinforce_plus_plus_uses_the_batch_baseline(tiny_model_dir, digit_reward,
-                                                     tmp_path) -> None:
+def test_reinforce_plus_plus_advantages_are_verls(tiny_model_dir, digit_reward,
+                                                  tmp_path) -> None:
+    """The trl engine's REINFORCE++ advantages are what verl's own estimator
+    (``compute_reinforce_plus_plus_outcome_advantage``) gives for the same rewards and
+    response masks: the reward on each response's last token, whitened over the batch's
+    tokens."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import compute_reinforce_plus_plus_outcome_advantage
+
     from rl_pipeline.engines.trl.config import grpo_config
     from rl_pipeline.engines.trl.inputs import TrlReward
 
@@ -155,19 +163,26 @@ def test_reinforce_plus_plus_uses_the_batch_baseline(tiny_model_dir, digit_rewar
         args=grpo_config(params, str(tmp_path), use_cpu=True), train_dataset=dataset)
     inputs = [dataset[i] for i in range(2) for _ in range(4)]
     out = trainer._generate_and_score_completions(inputs)
-    # Independently of the trainer's reward path: decode what it generated, score it by
-    # hand (the digit reward: the share of non-space characters that are digits), and
-    # apply REINFORCE++'s global-batch normalisation in float64.
-    texts = [trainer.processing_class.decode(ids[mask.bool()], skip_special_tokens=True)
-             for ids, mask in zip(out["completion_ids"], out["completion_mask"], strict=True)]
+    # Independently of the trainer's reward path: decode what it generated and score it by
+    # hand (the digit reward: the share of non-space characters that are digits).
+    mask = out["completion_mask"]
+    texts = [trainer.processing_class.decode(ids[m.bool()], skip_special_tokens=True)
+             for ids, m in zip(out["completion_ids"], mask, strict=True)]
     chars = [[c for c in text if not c.isspace()] for text in texts]
     rewards = np.array([sum(c.isdigit() for c in cs) / len(cs) if cs else 0.0 for cs in chars])
     assert rewards.std() > 0, texts  # something to normalise
-    expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4)
-    np.testing.assert_allclose(out["advantages"].double().numpy(), expected, atol=1e-4)
-    # No per-prompt baseline: unlike GRPO, a group's advantages need not sum to zero.
-    group_means = expected.reshape(2, 4).mean(axis=1)
-    assert np.abs(group_means).max() > 1e-3 or rewards.reshape(2, 4).mean(axis=1).std() < 1e-6
+    lengths = mask.sum(dim=1)
+    assert lengths.unique().numel() > 1, lengths  # responses of several lengths: they weigh
+    token_rewards = torch.zeros(mask.shape, dtype=torch.float64)
+    token_rewards[torch.arange(len(rewards)), lengths - 1] = torch.tensor(rewards)
+    verl_advantages, _ = compute_reinforce_plus_plus_outcome_advantage(
+        token_rewards, mask.double(), config=AlgoConfig(gamma=1.0))
+    for row, n in enumerate(lengths.tolist()):  # one advantage over all of a response's tokens
+        np.testing.assert_allclose(verl_advantages[row, :n].numpy(),
+                                   out["advantages"][row].item(), atol=1e-4)
+    # Not the per-response whitening (each response weighing 1), which it once was.
+    per_response = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4)
+    assert np.abs(out["advantages"].double().numpy() - per_response).max() > 1e-3
 
 
 def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_path) -> None:

@@ -10,11 +10,9 @@ import pytest
 from kedro.io import AbstractDataset, DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
-from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rl_pipeline.data.prompts import to_verl_frame
 from rl_pipeline.datasets.mlflow_table import MlflowTableDataset
-from rl_pipeline.evaluation.gsm8k import normalise
 from rl_pipeline.params import (
     DataParams,
     DataPrepParams,
@@ -129,14 +127,9 @@ def test_base_and_trained_side_by_side(tiny_model_dir, trained_model, data_param
     assert list(generations.groupby("model").size()) == [6, 6]
     assert {"prompt", "sample_index", "response", "reward", "strict", "flexible",
             "answer"} <= set(generations.columns)
-    # On these real generations strict is verl's strict score, and flexible is verl's
-    # flexible extraction under lm-eval's exact_match (tests/evaluation/test_gsm8k.py).
-    for row in generations.itertuples():
-        assert row.strict == verl_gsm8k.compute_score(row.response, row.ground_truth,
-                                                      method="strict")
-        answer = verl_gsm8k.extract_solution(row.response, method="flexible")
-        assert row.flexible == float(answer is not None
-                                     and normalise(answer) == normalise(row.ground_truth))
+    # strict and flexible against verl's own scorer are tested on responses that answer, right
+    # and wrong (tests/evaluation/test_gsm8k.py): the tiny random models here never write
+    # "####", so a comparison on their generations would hold whatever the scorers did.
 
 
 @pytest.fixture
