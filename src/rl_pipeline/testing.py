@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -74,11 +75,12 @@ def build_tiny_causal_lm(folder: str | Path, tokenizer: PreTrainedTokenizerFast,
 
 def train_tiny_lora(model_dir: str | Path, out_dir: str | Path, rank: int = 8, alpha: int = 16,
                     steps: int = 5, target_modules: str | list[str] = "all-linear",
-                    seed: int = 0) -> Path:
+                    seed: int = 0, **lora: Any) -> Path:
     """Train a LoRA adapter for a few steps (next-token loss on random tokens) and save it.
 
     The steps move ``lora_B`` away from its zero initialisation, so merging it changes the
-    model measurably.
+    model measurably. ``lora``: more of peft's ``LoraConfig`` (``use_rslora``,
+    ``rank_pattern``, ``alpha_pattern``).
     """
     import torch
     from peft import LoraConfig, get_peft_model
@@ -88,7 +90,7 @@ def train_tiny_lora(model_dir: str | Path, out_dir: str | Path, rank: int = 8, a
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha,
                                                   target_modules=target_modules,
-                                                  task_type="CAUSAL_LM"))
+                                                  task_type="CAUSAL_LM", **lora))
     optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad],
                                   lr=5e-2)
     ids = torch.randint(0, model.config.vocab_size, (4, 24))

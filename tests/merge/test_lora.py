@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -103,3 +104,31 @@ def test_target_modules_list_and_regex(tiny_model_dir, tmp_path) -> None:
         summary = merge_lora(tiny_model_dir, read_adapter(adapter), tmp_path / f"m_{name}")
         assert summary["merged_modules"] == 4
         assert verify_merge(tiny_model_dir, adapter, tmp_path / f"m_{name}")["passed"]
+
+
+@pytest.mark.parametrize(("name", "lora"), [
+    ("rslora", {"use_rslora": True}),  # scale alpha / sqrt(r), not alpha / r
+    ("patterns", {"rank_pattern": {"q_proj": 4}, "alpha_pattern": {"v_proj": 64}}),
+])
+def test_rslora_and_per_module_rank_and_alpha_merge_as_peft_applies_them(
+        tiny_model_dir, tmp_path, name, lora) -> None:
+    adapter = train_tiny_lora(tiny_model_dir, tmp_path / name, **lora)
+    read = read_adapter(adapter)
+    merge_lora(tiny_model_dir, read, tmp_path / "merged")
+    assert torch.allclose(_logits(tmp_path / "merged"), _peft_logits(tiny_model_dir, adapter),
+                          atol=1e-4)
+    assert verify_merge(tiny_model_dir, adapter, tmp_path / "merged")["passed"]
+    # The setting matters: merged as plain LoRA, the model is another one.
+    plain = dataclasses.replace(read, use_rslora=False, rank_pattern={}, alpha_pattern={})
+    merge_lora(tiny_model_dir, plain, tmp_path / "plain")
+    assert not verify_merge(tiny_model_dir, adapter, tmp_path / "plain")["passed"]
+
+
+def test_a_float16_merge_is_within_float16s_rounding(tiny_model_dir, adapter_dir,
+                                                     tmp_path) -> None:
+    merge_lora(tiny_model_dir, read_adapter(adapter_dir), tmp_path / "merged",
+               dtype=torch.float16)
+    assert json.loads((tmp_path / "merged/config.json").read_text())["dtype"] == "float16"
+    result = verify_merge(tiny_model_dir, adapter_dir, tmp_path / "merged", dtype=torch.float16)
+    assert result["passed"], result
+    assert "float16" in str(result["dtype"]) and result["max_abs_diff"] > 0  # rounded, in bounds
