@@ -4,8 +4,8 @@ Both models answer the same prompts, and prompts differ far more in difficulty t
 models do, so the comparison is paired: each resample draws prompts with replacement and
 takes the mean of the per-prompt differences (trained - base), the same draws for both
 models. The 95% interval is the 2.5th to 97.5th percentile of those means (percentile
-bootstrap). A seeded generator makes it reproducible, and the same seed gives the same
-resampled prompts to every metric with the same prompts.
+bootstrap, ``scipy.stats.bootstrap``). A seeded generator makes it reproducible, and the
+same seed gives the same resampled prompts to every metric with the same prompts.
 """
 
 from __future__ import annotations
@@ -21,37 +21,54 @@ Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.96
 _CELLS = 4_000_000  # resampled values held at once (32 MB of float64)
 
 
+def _bootstrap(values: np.ndarray, resamples: int, seed: int) -> Any:
+    """scipy's bootstrap of the mean, percentile method, in batches of bounded memory.
+
+    Percentile, not BCa: per-prompt differences of 0/1 scores are often all equal (a model
+    that changed nothing: every difference 0), and BCa's acceleration is then undefined:
+    scipy returns NaN with a DegenerateDataWarning, where the percentile interval is [0, 0].
+    """
+    from scipy import stats
+
+    return stats.bootstrap((values,), np.mean, n_resamples=resamples, method="percentile",
+                           confidence_level=CONFIDENCE, rng=np.random.default_rng(seed),
+                           batch=max(1, _CELLS // len(values)), vectorized=True)
+
+
 def resampled_means(values: np.ndarray, resamples: int = 10_000, seed: int = 42) -> np.ndarray:
     """Means of ``resamples`` bootstrap resamples of ``values`` (one per prompt).
 
     Args:
-        values: One value per prompt.
+        values: One value per prompt (at least two).
         resamples: How many resamples.
         seed: Seeds the generator; equal seeds and lengths resample the same prompts, so the
             resampled means of two models' scores differ by those of their differences.
 
     Returns:
-        ``(resamples,)``: each resample's mean.
+        ``(resamples,)``: each resample's mean (scipy's bootstrap distribution).
     """
-    values = np.asarray(values, dtype=float)
-    if len(values) == 0:
-        raise ValueError("a bootstrap needs at least one prompt")
-    rng = np.random.default_rng(seed)
-    out = np.empty(resamples)
-    chunk = max(1, _CELLS // len(values))  # bounded memory at any eval size
-    for start in range(0, resamples, chunk):
-        stop = min(start + chunk, resamples)
-        draws = rng.integers(0, len(values), size=(stop - start, len(values)))
-        out[start:stop] = values[draws].mean(axis=1)
-    return out
+    values = _checked(values)
+    if len(values) < 2:
+        raise ValueError("resampling needs at least two prompts")
+    return _bootstrap(values, resamples, seed).bootstrap_distribution
 
 
 def bootstrap_interval(values: np.ndarray, resamples: int = 10_000,
                        seed: int = 42) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval of the mean of ``values`` (one per prompt)."""
-    means = resampled_means(values, resamples, seed)
-    low, high = np.percentile(means, [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)])
-    return float(low), float(high)
+    """The 95% percentile-bootstrap interval of the mean of ``values`` (one per prompt;
+    one prompt: its value, both ends, as resampling it could give nothing else)."""
+    values = _checked(values)
+    if len(values) == 1:
+        return float(values[0]), float(values[0])
+    interval = _bootstrap(values, resamples, seed).confidence_interval
+    return float(interval.low), float(interval.high)
+
+
+def _checked(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        raise ValueError("a bootstrap needs at least one prompt")
+    return values
 
 
 def paired_comparison(base: np.ndarray, trained: np.ndarray, resamples: int = 10_000,

@@ -1,9 +1,10 @@
 """The spec-name -> TRL 1.12 ``GRPOConfig`` field table, and the configs built from it.
 
-One table holds the mapping (:data:`MAPPING`); the parameters it does not cover are listed,
-with where they go, in :data:`NOT_GRPO_KEYS`. ``GRPOConfig`` is a dataclass, so a field that
-TRL renames or drops makes :func:`grpo_config` fail with a TypeError, in a test rather than
-in a training run.
+One table holds the mapping (:data:`MAPPING`: the names TRL shares with the spec,
+:data:`SAME_NAME`, and its one rename, :data:`RENAMED`); the parameters it does not cover
+are listed, with where they go, in :data:`NOT_GRPO_KEYS`. ``GRPOConfig`` is a dataclass,
+so a field that TRL renames or drops makes :func:`grpo_config` fail with a TypeError, in a
+test rather than in a training run.
 """
 
 from __future__ import annotations
@@ -31,48 +32,34 @@ class Mapping:
     note: str = ""
 
 
+# The spec's parameters (and ours, last) that are GRPOConfig fields of the same name, in the
+# spec's order: GRPO algorithm, training, text generation, evaluation, logging and saving,
+# miscellaneous.
+SAME_NAME: tuple[str, ...] = (
+    "beta", "epsilon", "num_iterations", "num_generations",
+    "num_train_epochs", "max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
+    "gradient_accumulation_steps", "learning_rate", "max_grad_norm", "optim",
+    "lr_scheduler_type",
+    "max_completion_length", "chat_template_kwargs", "temperature", "top_p",
+    "do_eval", "eval_strategy", "eval_steps",
+    "logging_steps", "save_steps", "save_total_limit",
+    "shuffle_dataset", "use_liger_kernel", "vllm_gpu_memory_utilization",
+    "vllm_tensor_parallel_size",
+    "loss_type", "scale_rewards", "seed", "use_vllm", "vllm_mode",
+)
+# The one parameter whose GRPOConfig field has another name, and why.
+RENAMED: dict[str, tuple[str, str]] = {
+    "warmup_ratio": ("warmup_steps", "transformers 5 deprecates warmup_ratio; warmup_steps "
+                     "below 1 is the same ratio"),
+}
+# What the engine does to a field on its own (grpo_config).
+NOTES: dict[str, str] = {
+    "use_liger_kernel": "forced off on CPU (Liger is Triton/GPU)",
+    "use_vllm": "forced off on CPU (vLLM needs a GPU)",
+}
 MAPPING: tuple[Mapping, ...] = (
-    # GRPO algorithm
-    Mapping("beta", "beta"),
-    Mapping("epsilon", "epsilon"),
-    Mapping("num_iterations", "num_iterations"),
-    Mapping("num_generations", "num_generations"),
-    # Training
-    Mapping("num_train_epochs", "num_train_epochs"),
-    Mapping("max_steps", "max_steps"),
-    Mapping("per_device_train_batch_size", "per_device_train_batch_size"),
-    Mapping("per_device_eval_batch_size", "per_device_eval_batch_size"),
-    Mapping("gradient_accumulation_steps", "gradient_accumulation_steps"),
-    Mapping("learning_rate", "learning_rate"),
-    Mapping("warmup_ratio", "warmup_steps",
-            "transformers 5 deprecates warmup_ratio; warmup_steps below 1 is the same ratio"),
-    Mapping("max_grad_norm", "max_grad_norm"),
-    Mapping("optim", "optim"),
-    Mapping("lr_scheduler_type", "lr_scheduler_type"),
-    # Text generation
-    Mapping("max_completion_length", "max_completion_length"),
-    Mapping("chat_template_kwargs", "chat_template_kwargs"),
-    Mapping("temperature", "temperature"),
-    Mapping("top_p", "top_p"),
-    # Evaluation
-    Mapping("do_eval", "do_eval"),
-    Mapping("eval_strategy", "eval_strategy"),
-    Mapping("eval_steps", "eval_steps"),
-    # Logging and saving
-    Mapping("logging_steps", "logging_steps"),
-    Mapping("save_steps", "save_steps"),
-    Mapping("save_total_limit", "save_total_limit"),
-    # Miscellaneous
-    Mapping("shuffle_dataset", "shuffle_dataset"),
-    Mapping("use_liger_kernel", "use_liger_kernel", "forced off on CPU (Liger is Triton/GPU)"),
-    Mapping("vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization"),
-    Mapping("vllm_tensor_parallel_size", "vllm_tensor_parallel_size"),
-    # Ours (not in the spec)
-    Mapping("loss_type", "loss_type"),
-    Mapping("scale_rewards", "scale_rewards"),
-    Mapping("seed", "seed"),
-    Mapping("use_vllm", "use_vllm", "forced off on CPU (vLLM needs a GPU)"),
-    Mapping("vllm_mode", "vllm_mode"),
+    *(Mapping(name, name, NOTES.get(name, "")) for name in SAME_NAME),
+    *(Mapping(spec, field, note) for spec, (field, note) in RENAMED.items()),
 )
 
 # Parameters that are no GRPOConfig field, and where each goes instead.
