@@ -2,13 +2,14 @@
 whenever a later stage loads it, and a ``README.md`` model card in Hugging Face's convention.
 
 The manifest is in ``sha256sum``'s format (``sha256sum -c SHA256SUMS`` checks it by hand). It
-covers every file but itself and the card: the card is documentation that eval completes with
-its results after merge, while a changed, missing or added weight, config or tokenizer file
-changes the model and is refused by name.
+covers every file but itself and the card, and a changed, missing or added weight, config or
+tokenizer file changes the model and is refused by name. Both are written once, by merge,
+in its unpublished work folder; nothing rewrites them after (eval's results go to the
+registered version and eval's own run).
 
-The card's YAML front matter follows the Hugging Face Hub's model card metadata
-(``base_model``, ``datasets``, ``tags``, ``library_name``, ``license`` and a ``model-index``
-of eval results), so the folder can be pushed to a hub as it is.
+The card's YAML front matter is ``huggingface_hub``'s ``ModelCardData`` (``base_model``,
+``datasets``, ``tags``, ``library_name``, ``license``), so the folder can be pushed to a hub
+as it is, and ``ModelCard.load`` reads it back.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from rl_pipeline.errors import UserError
 
@@ -107,46 +106,16 @@ def weight_files(sums: dict[str, str]) -> dict[str, str]:
             if name.endswith((".safetensors", ".bin", ".pt"))}
 
 
-def front_matter(facts: dict[str, Any], results: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The card's metadata (Hugging Face's model card fields).
+def front_matter(facts: dict[str, Any]) -> Any:
+    """The card's metadata: ``huggingface_hub.ModelCardData`` from what merge knows
+    (:func:`card_facts`)."""
+    from huggingface_hub import ModelCardData
 
-    Args:
-        facts: What merge knows (:func:`card_facts`).
-        results: Eval's metrics of the trained model (``eval_metrics["trained"]``), or None.
-    """
-    meta: dict[str, Any] = {
-        "base_model": facts["base_model"],
-        "datasets": facts["data_sources"],
-        "tags": ["rl_pipeline", facts["engine"], facts["algorithm"]]
+    return ModelCardData(
+        base_model=facts["base_model"], datasets=facts["data_sources"] or None,
+        tags=["rl_pipeline", facts["engine"], facts["algorithm"]]
         + (["lora"] if facts.get("lora") else []),
-        "library_name": "transformers",
-        "license": facts["license"],
-    }
-    if results:
-        meta["model-index"] = [{"name": facts["name"], "results": _results(results)}]
-    return meta
-
-
-def _results(trained: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for source, values in trained.get("by_data_source", {}).items():
-        metrics = []
-        for name in ("mean_reward", "strict_accuracy", "flexible_accuracy", "pass_at_1",
-                     "truncation_rate"):
-            if values.get(name) is None:
-                continue
-            entry: dict[str, Any] = {"type": name, "value": round(float(values[name]), 4),
-                                     "name": name.replace("_", " ")}
-            compared = values.get("vs_base", {}).get(name)
-            if compared:  # the paired 95% interval of trained - base
-                entry["args"] = {"delta_vs_base": round(compared["delta"], 4),
-                                 "ci95_low": round(compared["ci_low"], 4),
-                                 "ci95_high": round(compared["ci_high"], 4)}
-            metrics.append(entry)
-        out.append({"task": {"type": "text-generation", "name": "RL fine-tuning eval"},
-                    "dataset": {"name": source, "type": source, "split": "validation"},
-                    "metrics": metrics})
-    return out
+        library_name="transformers", license=facts["license"])
 
 
 def card_facts(metadata: dict[str, Any], name: str, license: str,
@@ -177,15 +146,15 @@ def card_facts(metadata: dict[str, Any], name: str, license: str,
     }
 
 
-def render_card(facts: dict[str, Any], results: dict[str, Any] | None = None) -> str:
-    """The model card: front matter, then how it was trained, on what, and how it did."""
-    meta = yaml.safe_dump(front_matter(facts, results), sort_keys=False, allow_unicode=True)
+def render_card(facts: dict[str, Any]) -> str:
+    """The model card: front matter, then how it was trained, on what, and where its
+    evaluation is."""
     lora = facts.get("lora") or {}
     check = facts["verification"]
     weights = (f"LoRA r={lora.get('r')}, alpha={lora.get('lora_alpha')}, merged into the base"
                if lora else "all weights trained")
     lines = [
-        "---", meta.rstrip(), "---", "", f"# {facts['name']}", "",
+        "---", front_matter(facts).to_yaml(), "---", "", f"# {facts['name']}", "",
         f"Fine-tuned from `{facts['base_model']}` with reinforcement learning by rl_pipeline.",
         "", "## Training", "",
         f"- engine: {facts['engine']}, estimator: {facts['algorithm']}, steps: "
@@ -208,24 +177,10 @@ def render_card(facts: dict[str, Any], results: dict[str, Any] | None = None) ->
            f"{check['tolerance']:.3g})" if "max_abs_diff" in check else ""),
         "", "## Evaluation", "",
     ]
-    lines += _eval_table(results) if results else [
-        "This folder is never rewritten after merge. Eval's results are on the registered "
-        "model version (MLflow Model Registry, tags `eval.*`) and in the eval run's report "
-        "(`kedro run --pipelines eval`)."]
+    lines.append("This folder is never rewritten after merge. Eval's results are on the "
+                 "registered model version (MLflow Model Registry, tags `eval.*`) and in the "
+                 "eval run's report (`kedro run --pipelines eval`).")
     return "\n".join(lines) + "\n"
-
-
-def _eval_table(trained: dict[str, Any]) -> list[str]:
-    rows = ["| data source | metric | trained | vs base (95% CI) |", "|---|---|---|---|"]
-    for entry in _results(trained):
-        for metric in entry["metrics"]:
-            args = metric.get("args")
-            change = (f"{args['delta_vs_base']:+.3f} [{args['ci95_low']:+.3f}, "
-                      f"{args['ci95_high']:+.3f}]" if args else "n/a")
-            rows.append(f"| {entry['dataset']['name']} | {metric['name']} | "
-                        f"{metric['value']:.3f} | {change} |")
-    verdict = trained.get("verdict", {}).get("verdict")
-    return rows + (["", f"Verdict: **{verdict}** (docs/rewards.md)."] if verdict else [])
 
 
 def write_card(folder: str | Path, text: str) -> Path:
@@ -237,7 +192,7 @@ def write_card(folder: str | Path, text: str) -> Path:
 
 
 def read_front_matter(folder: str | Path) -> dict[str, Any]:
-    """The card's front matter (what a hub reads)."""
-    text = (Path(folder) / CARD).read_text(encoding="utf-8")
-    _, meta, _ = text.split("---\n", 2)
-    return yaml.safe_load(meta)
+    """The card's front matter, as a hub reads it (``huggingface_hub.ModelCard``)."""
+    from huggingface_hub import ModelCard
+
+    return ModelCard.load(Path(folder) / CARD).data.to_dict()
