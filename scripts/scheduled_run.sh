@@ -4,7 +4,7 @@
 #
 #   scripts/scheduled_run.sh STAGE [kedro run options...]
 #
-# STAGE: data_prep, train, merge, eval or __default__ (all four, one MLflow run each).
+# STAGE: data_prep, train, merge, eval, promote or __default__ (all five, one MLflow run each).
 # The Kedro environment is $KEDRO_ENV, else cpu on a machine without an NVIDIA GPU and
 # local (the base configuration plus conf/local) on one with it, as `make run` chooses.
 #

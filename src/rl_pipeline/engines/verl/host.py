@@ -5,7 +5,7 @@ packed micro-batches.
 Each check is arithmetic on the composed verl config and the model's own files; the figures
 are estimates of the worst case (every sequence at the prompt and response caps), written
 out in the problem so that a user can see which number to change. The sizes follow verl
-0.9.1 and vLLM 0.24.0 (../shared/notes/gpu_audit.md, docs/gpu.md 'Preflight arithmetic').
+0.9.1 and vLLM 0.24.0 (docs/gpu.md, 'Preflight arithmetic').
 """
 
 from __future__ import annotations
