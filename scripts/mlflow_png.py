@@ -166,7 +166,7 @@ def main() -> None:
             finally:
                 chromium.terminate()
                 chromium.wait(timeout=30)
-        from rl_pipeline.staging import staged
+        from rl_pipeline.runs.staging import staged
 
         with staged(args.output) as staging:
             staging.write_bytes(png)

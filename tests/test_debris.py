@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from rl_pipeline.debris import HOST_ID, staging_path, sweep, temporary_work_dir, work_dir
+from rl_pipeline.runs.debris import HOST_ID, staging_path, sweep, temporary_work_dir, work_dir
 
 
 @pytest.fixture(scope="module")

@@ -89,15 +89,15 @@ def test_the_engines_core_imports_no_engine() -> None:
     core = {m for m in IMPORTS if _under(m, "rl_pipeline.engines")
             and not _under(m, "rl_pipeline.engines.verl")
             and not _under(m, "rl_pipeline.engines.trl")}
-    assert "rl_pipeline.engines.registry" in core
+    assert "rl_pipeline.engines.lookup" in core
     crossing = sorted(f"{m} imports {n}" for m in core for n in IMPORTS[m]
                       if _under(n, "rl_pipeline.engines.verl")
                       or _under(n, "rl_pipeline.engines.trl"))
     assert crossing == []
 
 
-def test_the_registry_names_each_engine_package() -> None:
-    """An engine is found by name, through the registry's import path, not by an import."""
+def test_the_lookup_names_each_engine_package() -> None:
+    """An engine is found by name, through the lookup's import path, not by an import."""
     from rl_pipeline.params.train import ENGINES
 
     assert {name: target.split(":")[0] for name, target in ENGINES.items()} == {

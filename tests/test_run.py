@@ -250,6 +250,12 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     # Lineage: one execution, the commit, and each dataset version from save to load.
     assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
     assert len({r.data.tags["run_id"] for r in runs}) == 5  # Kedro's run (session) id
+    # The command typed, on every stage's run; kedro-mlflow's one-stage command beside it.
+    assert {r.data.tags["kedro_command"] for r in runs} == {
+        shlex.join(["kedro", "run", "--env", "cpu", "--params", SHORT])}
+    assert [r.data.tags["stage_command"] for r in runs] == [
+        f"kedro run --pipeline={stage}" for stage in ("data_prep", "train", "merge", "eval",
+                                                      "promote")]
     assert {(r.data.tags["git_commit"], r.data.tags["git_dirty"]) for r in runs} == \
         {(commit, "false")}
     saved = run_tags(runs, "data_prep")["dataset.saved.train_prompts"]
@@ -332,7 +338,8 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     # The registry: the merged model is version 1 with its lineage, eval made it the
     # candidate, and the gate decided against the base model, with its reasons.
     (version,) = client.search_model_versions("name='rl_pipeline'")
-    assert version.tags["catalog.path"] == str(merged)
+    # Relative to the project, so that it holds where the project lies elsewhere.
+    assert version.tags["catalog.path"] == merged.relative_to(project).as_posix()
     assert version.tags["merge_run_id"] == merge.info.run_id
     assert version.tags["train_run_id"] == train.info.run_id
     assert version.tags["train_prompts_version"] == saved

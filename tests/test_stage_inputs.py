@@ -12,7 +12,7 @@ import pytest
 
 from rl_pipeline.pipelines import eval as eval_stage
 from rl_pipeline.pipelines import merge, promote, train
-from rl_pipeline.stage_inputs import StageInputError, check_stage_inputs, stage_outputs
+from rl_pipeline.runs.stage_inputs import StageInputError, check_stage_inputs, stage_outputs
 from tests.projects import make_project, project_catalog
 
 

@@ -19,8 +19,8 @@ from rl_pipeline.merge.lora import AdapterError
 from rl_pipeline.models.resolve import ModelResolutionError
 from rl_pipeline.params.base import ConfigError
 from rl_pipeline.rewards.self_test import RewardSelfTestError
-from rl_pipeline.stage_lock import StageLockedError
-from rl_pipeline.staging import StorageError
+from rl_pipeline.runs.stage_lock import StageLockedError
+from rl_pipeline.runs.staging import StorageError
 from rl_pipeline.training_result import TrainingResultError
 from tests.conftest import GSM8K_TRAIN
 from tests.projects import kedro_run, make_project

@@ -13,7 +13,7 @@ Anything else (one stage, a non-stage pipeline such as preflight, or node filter
 unchanged. Kedro lets a project's ``cli.py`` override a built-in command this way.
 
 A scheduled run refused because the same stage is already running in this project
-(:mod:`rl_pipeline.stage_lock`) exits with status 75 (EX_TEMPFAIL), so a scheduler can tell
+(:mod:`rl_pipeline.runs.stage_lock`) exits with status 75 (EX_TEMPFAIL), so a scheduler can tell
 it from a failure.
 
 A user error (:mod:`rl_pipeline.errors`: a bad parameter, record or file) prints its message,
@@ -28,6 +28,7 @@ import copy
 import logging
 import os
 import shlex
+import sys
 import uuid
 from typing import Any
 
@@ -40,9 +41,9 @@ from kedro.framework.cli.utils import split_string
 from omegaconf import OmegaConf
 
 from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user_message
-from rl_pipeline.hooks import EXECUTION_ID_ENV
+from rl_pipeline.hooks import COMMAND_ENV, EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
-from rl_pipeline.stage_lock import LOCKED_EXIT_CODE, StageLockedError
+from rl_pipeline.runs.stage_lock import LOCKED_EXIT_CODE, StageLockedError
 
 logger = logging.getLogger(__name__)
 # Options that select nodes: with any of them the request is not a list of whole stages.
@@ -79,6 +80,8 @@ class UserErrorExit(click.ClickException):
 
 
 def _run(**options: Any) -> dict[str, Any]:
+    # What the user typed, for each stage's run (LineageHook's kedro_command tag).
+    os.environ.setdefault(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]]))
     try:
         return _run_stages(**options)
     except StageLockedError as exc:

@@ -17,13 +17,19 @@ from kedro.io import AbstractVersionedDataset, DatasetError
 from kedro_mlflow.framework.hooks import MlflowHook
 from pydantic import BaseModel
 
-from rl_pipeline.debris import sweep
-from rl_pipeline.jsonfile import read_object
-from rl_pipeline.lineage import end_orphaned_runs, git_state, process_tags, training_sources
 from rl_pipeline.merge import MERGE_METADATA
+from rl_pipeline.model_registry.names import tag_value
 from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
-from rl_pipeline.stage_inputs import check_stage_inputs
-from rl_pipeline.stage_lock import StageLocks, is_scheduled
+from rl_pipeline.runs.debris import sweep
+from rl_pipeline.runs.jsonfile import read_object
+from rl_pipeline.runs.stage_inputs import check_stage_inputs
+from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
+from rl_pipeline.tracking.lineage import (
+    end_orphaned_runs,
+    git_state,
+    process_tags,
+    training_sources,
+)
 
 
 class WholeConfigurationHook:
@@ -125,7 +131,7 @@ class TypedParamsMlflowHook(MlflowHook):
 
 class StageInputsHook:
     """Before a stage runs alone, check that what earlier stages write for it is there
-    (:mod:`rl_pipeline.stage_inputs`). Registered after :class:`StageLockHook`, so that it
+    (:mod:`rl_pipeline.runs.stage_inputs`). Registered after :class:`StageLockHook`, so that it
     runs first (pluggy calls the last registered of equal priority first): a refused run
     holds no lock and starts no MLflow run, since Kedro calls no error hook for a failure
     in ``before_pipeline_run``."""
@@ -138,11 +144,13 @@ class StageInputsHook:
 
 # Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.
 EXECUTION_ID_ENV = "RL_PIPELINE_EXECUTION_ID"
-_TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
+# The command the user typed (rl_pipeline.cli sets it): kedro-mlflow's kedro_command tag names
+# the one stage a session ran, `kedro run --pipeline=eval`, also when the user ran them all.
+COMMAND_ENV = "RL_PIPELINE_COMMAND"
 
 
 class StageLockHook:
-    """Take the lock of each stage a run covers (see :mod:`rl_pipeline.stage_lock`)."""
+    """Take the lock of each stage a run covers (see :mod:`rl_pipeline.runs.stage_lock`)."""
 
     def __init__(self) -> None:
         self._locks: StageLocks | None = None
@@ -170,7 +178,7 @@ class StageLockHook:
 
 
 class LeftoversHook:
-    """Before a run writes anything, remove what killed runs left (:mod:`rl_pipeline.debris`):
+    """Before a run writes anything, remove what killed runs left (:mod:`rl_pipeline.runs.debris`):
     hidden half-written files and work folders under ``data/``, in the system's temporary
     folder and in ``merge.scratch_dir``."""
 
@@ -191,12 +199,14 @@ class LeftoversHook:
 class LineageHook:
     """Tag each stage's MLflow run with what a reviewer needs to trace and reproduce it.
 
-    kedro-mlflow already tags the Kedro run id (``run_id``), env, pipeline and command. This
-    adds the pipeline execution (the stages of one `kedro run` are separate MLflow runs and
-    share ``pipeline_execution_id``), the git commit and whether the tree was dirty, every
-    versioned dataset's loaded and saved version, and the error of a run that fails. It tags
-    the host and pid too, so that the next run can mark KILLED the runs of processes that
-    died without a word (SIGKILL, out of memory), instead of leaving them RUNNING.
+    kedro-mlflow already tags the Kedro run id (``run_id``), env and pipeline. This replaces
+    its ``kedro_command`` with the command the user typed (kedro-mlflow's, for the one stage
+    the run holds, becomes ``stage_command``), and adds the pipeline execution (the stages
+    of one `kedro run` are separate MLflow runs and share ``pipeline_execution_id``), the
+    git commit and whether the tree was dirty, every versioned dataset's loaded and saved
+    version, and the error of a run that fails. It tags the host and pid too, so that the
+    next run can mark KILLED the runs of processes that died without a word (SIGKILL, out of
+    memory), instead of leaving them RUNNING.
     """
 
     def __init__(self) -> None:
@@ -212,9 +222,15 @@ class LineageHook:
         run = mlflow.active_run()
         if run is None:  # tracking disabled for this pipeline
             return
+        command = os.environ.get(COMMAND_ENV)
+        stage = (mlflow.MlflowClient().get_run(run.info.run_id).data.tags.get("kedro_command")
+                 if command else None)
         mlflow.set_tags({"pipeline_execution_id": os.environ.get(EXECUTION_ID_ENV)
                          or uuid.uuid4().hex, **git_state(Path(run_params["project_path"])),
-                         **process_tags()})
+                         **process_tags(),
+                         # what was typed, and kedro-mlflow's command for this stage alone
+                         **({"kedro_command": command, "stage_command": stage}
+                            if command else {})})
         end_orphaned_runs(mlflow.MlflowClient(), run.info.experiment_id, run.info.run_id)
 
     @hook_impl
@@ -249,7 +265,7 @@ class LineageHook:
             verdict = metrics["trained"]["verdict"]  # the eval stage: what training did
             mlflow.set_tags({
                 "eval.verdict": verdict["verdict"],
-                "eval.verdict_reasons": "; ".join(verdict["reasons"])[:_TAG_LIMIT],
+                "eval.verdict_reasons": tag_value("; ".join(verdict["reasons"])),
                 **{f"eval.verdict.{source}": v["verdict"]
                    for source, v in verdict["by_data_source"].items()}})
         decision = outputs.get("promotion_decision")
@@ -259,7 +275,7 @@ class LineageHook:
                 "promote.changed": str(decision["changed"]).lower(),
                 "promote.candidate": decision["candidate"],
                 "promote.reference": decision["reference"],
-                "promote.reasons": "; ".join(decision["reasons"])[:_TAG_LIMIT]})
+                "promote.reasons": tag_value("; ".join(decision["reasons"]))})
         metadata = outputs.get("merge_metadata")
         if isinstance(metadata, dict):  # the merge stage: the train run and its prompt data
             self._tag_sources(metadata.get("training_run") or {})
@@ -267,13 +283,13 @@ class LineageHook:
     @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
     def on_pipeline_error(self, error: Exception) -> None:
         if mlflow.active_run() is not None:
-            mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:_TAG_LIMIT])
+            mlflow.set_tag("error", tag_value(f"{type(error).__name__}: {error}"))
 
     @staticmethod
     def _tag_sources(training_run: dict[str, Any]) -> None:
         """Tag the train run (and its identity and prompt versions) that ``training_run``
         (the run summary in the training result's record, carried into merge_metadata.json)
-        names (:func:`rl_pipeline.lineage.training_sources`)."""
+        names (:func:`rl_pipeline.tracking.lineage.training_sources`)."""
         mlflow.set_tags(training_sources(training_run))
 
     def _tag_version(self, action: str, name: str, resolve: str) -> None:

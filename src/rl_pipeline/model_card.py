@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.errors import UserError
+from rl_pipeline.tracking.lineage import weights_run
 
 MANIFEST = "SHA256SUMS"
 CARD = "README.md"
@@ -136,7 +137,7 @@ def card_facts(metadata: dict[str, Any], name: str, license: str,
         "engine": run.get("engine", metadata.get("engine", "unknown")),
         "algorithm": run.get("algorithm") or run.get("estimator") or "grpo",
         "steps": run.get("steps"), "lora": metadata.get("lora"),
-        "train_run_id": run.get("weights_run_id") or run.get("mlflow_run_id"),
+        "train_run_id": weights_run(run),
         "identity": run.get("identity"),
         "chat_template_kwargs": run.get("chat_template_kwargs") or {},
         "prompts": prompts.get("versions", {}), "rows": prompts.get("rows", {}),

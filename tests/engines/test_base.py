@@ -11,7 +11,7 @@ import pytest
 from kedro.runner import SequentialRunner
 
 from rl_pipeline.engines.base import Engine, Preflight, TrainRun
-from rl_pipeline.engines.registry import choose_engine, get_engine
+from rl_pipeline.engines.lookup import choose_engine, get_engine
 from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
 from rl_pipeline.training_result import TrainingResult

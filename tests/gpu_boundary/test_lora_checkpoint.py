@@ -124,7 +124,7 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
 
     from rl_pipeline.engines.verl.checkpoint import export_result
     from rl_pipeline.params import MergeParams
-    from rl_pipeline.params.registry import RegistryParams
+    from rl_pipeline.params.model_registry import RegistryParams
     from rl_pipeline.pipelines.merge.nodes import merge_model
 
     checkpoints = tmp_path / "checkpoints"

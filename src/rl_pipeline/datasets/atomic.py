@@ -19,7 +19,7 @@ from kedro_datasets.matplotlib import MatplotlibDataset as _MatplotlibDataset
 from kedro_datasets.pandas import ParquetDataset as _ParquetDataset
 from kedro_datasets.text import TextDataset as _TextDataset
 
-from rl_pipeline.staging import staged
+from rl_pipeline.runs.staging import staged
 
 
 class AtomicSaveMixin:

@@ -10,7 +10,7 @@ from kedro.io import DatasetError
 from kedro.io.core import Version
 
 from rl_pipeline.datasets.paths import LocalPathDataset
-from rl_pipeline.staging import staged
+from rl_pipeline.runs.staging import staged
 
 
 class ModelFolderDataset(LocalPathDataset[str]):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.engines.base import TrainSetup
-from rl_pipeline.jsonfile import read_object, write_object
+from rl_pipeline.runs.jsonfile import read_object, write_object
 
 logger = logging.getLogger(__name__)
 

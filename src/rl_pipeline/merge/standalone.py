@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from rl_pipeline.debris import work_dir
-from rl_pipeline.jsonfile import read_object
 from rl_pipeline.merge import MERGE_METADATA, MergeVerificationError
 from rl_pipeline.merge.lora import merge_lora, read_adapter
 from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_copy, verify_merge
 from rl_pipeline.model_card import write_manifest
 from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import MergeParams
+from rl_pipeline.runs.debris import work_dir
+from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.training_result import RECORD, TrainingResult
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.errors import UserError
-from rl_pipeline.staging import staged
+from rl_pipeline.runs.staging import staged
 
 # Where resolved folders live unless the catalog says otherwise (its base_model entry).
 RESOLVED_DIR = "data/06_models/resolved"

@@ -1,4 +1,4 @@
-"""Every parameter group, validated in one place, and the registry of groups.
+"""Every parameter group, validated in one place, and the table of groups.
 
 Each group is a pydantic model whose fields carry their default and help text, so the model
 is its own reference (in the manner of TRL's ``GRPOConfig``) and the one source of every
@@ -24,7 +24,7 @@ from rl_pipeline.params.base import (
 from rl_pipeline.params.data import DataParams, DataPrepParams, FewShotExample
 from rl_pipeline.params.eval import EvalParams
 from rl_pipeline.params.merge import MergeParams
-from rl_pipeline.params.registry import PromoteParams, RegistryParams
+from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.params.reward import CustomRewardFunction, RewardParams, RewardTerm
 from rl_pipeline.params.train import TrainParams
 

@@ -23,4 +23,4 @@ class MergeParams(ParamGroup):
     verify_probes: list[str] | None = Field(
         None, description="Prompts whose logits prove merged == base + adapter (null: three "
         "built-in probes).")
-    # Registering the merged model: the registry group (rl_pipeline.params.registry).
+    # Registering the merged model: the registry group (rl_pipeline.params.model_registry).

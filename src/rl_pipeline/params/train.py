@@ -12,8 +12,8 @@ from rl_pipeline.params.base import ParamGroup
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.params.verl import VerlParams
 
-# The engines' registry: ``train.engine`` name -> "module:class" of its Engine, imported on first
-# use (rl_pipeline.engines.registry). Here, not in engines/, so that validating ``train.engine``
+# The engine table: ``train.engine`` name -> "module:class" of its Engine, imported on first
+# use (rl_pipeline.engines.lookup). Here, not in engines/, so that validating ``train.engine``
 # imports nothing above the parameters. A new engine is a sub-package and a line here.
 ENGINES: dict[str, str] = {
     "verl": "rl_pipeline.engines.verl.engine:VerlEngine",

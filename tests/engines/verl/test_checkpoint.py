@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from rl_pipeline.engines.verl.checkpoint import export_result
 from rl_pipeline.params import MergeParams
-from rl_pipeline.params.registry import RegistryParams
+from rl_pipeline.params.model_registry import RegistryParams
 from rl_pipeline.pipelines.merge.nodes import merge_model
 from rl_pipeline.training_result import RECORD, TrainingResult
 from tests.verl_inputs import verl_checkpoint

@@ -206,7 +206,7 @@ def test_the_attention_kernel_is_checked_on_each_node(shared) -> None:
 
 
 def test_with_a_cluster_address_auto_trains_with_verl_and_eval_will_not_use_this_cpu() -> None:
-    from rl_pipeline.engines.registry import choose_engine
+    from rl_pipeline.engines.lookup import choose_engine
     from rl_pipeline.params import ConfigError
     from rl_pipeline.pipelines.eval.nodes import check_eval_machine
 

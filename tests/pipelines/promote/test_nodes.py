@@ -10,10 +10,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rl_pipeline import registry
+from rl_pipeline import model_registry
 from rl_pipeline.model_card import ManifestError, check_manifest, write_manifest
 from rl_pipeline.params import ConfigError
-from rl_pipeline.params.registry import PromoteParams, RegistryParams
+from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.pipelines.merge.nodes import publish_merged_model
 from rl_pipeline.pipelines.promote.nodes import promote_candidate
 
@@ -60,7 +60,7 @@ def _evaluated(version: str, reference: str, gain: dict[str, float],
                             "truncation_rate": truncation or _c(0.0, 0.0, 0.0)},
                 "by_data_source": {}}
     with mlflow.start_run(run_name="eval") as run:
-        registry.record_eval(NAME, registry.client().get_model_version(NAME, version),
+        model_registry.record_eval(NAME, model_registry.client().get_model_version(NAME, version),
                              {"eval.mean_reward": "0.5"}, evidence, run.info.run_id)
 
 
@@ -75,7 +75,7 @@ def test_merge_registers_a_reference_with_its_lineage_and_weight_hashes(
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     with mlflow.start_run(run_name="merge"):
         number = publish_merged_model(str(folder), METADATA, PARAMS)["version"]
-    version = registry.client().get_model_version(NAME, number)
+    version = model_registry.client().get_model_version(NAME, number)
     assert version.source == folder.absolute().as_uri()  # the catalog's folder, not a copy
     tags = version.tags
     assert tags["storage"] == "catalog reference" and tags["catalog.version"] == "v1"
@@ -93,10 +93,10 @@ def test_the_first_candidate_beating_the_base_becomes_champion_once(store,
                                                                    tiny_model_dir) -> None:
     _, number = _published(tiny_model_dir, store, 1)
     _evaluated(number, "base", _c(0.2, 0.1, 0.3))
-    assert str(registry.alias(NAME, registry.CANDIDATE).version) == number
+    assert str(model_registry.alias(NAME, model_registry.CANDIDATE).version) == number
     decision = _promote()
     assert decision["promoted"] and decision["changed"] and decision["reference"] == "base"
-    assert str(registry.alias(NAME, registry.CHAMPION).version) == number
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number
     # A second promote on the same candidate does nothing.
     again = _promote()
     assert (again["promoted"], again["changed"]) == (False, False)
@@ -114,15 +114,15 @@ def test_a_candidate_within_noise_of_the_champion_is_refused(store, tiny_model_d
     assert decision["reasons"][0] == ("mean_reward: +0.05 [-0.02, +0.12] vs champion:1: not "
                                       "up beyond the paired 95% interval (the interval reaches"
                                       " 0)")
-    assert str(registry.alias(NAME, registry.CHAMPION).version) == first  # untouched
-    tags = registry.client().get_model_version(NAME, second).tags
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == first  # untouched
+    tags = model_registry.client().get_model_version(NAME, second).tags
     assert tags["promote.refused_against"] == f"champion:{first}"
     assert _promote()["changed"] is False  # decided already: nothing to do
     # Evaluated again (new evidence against the same champion): the gate decides again.
     _evaluated(second, f"champion:{first}", _c(0.2, 0.1, 0.3))
     again = _promote()
     assert (again["promoted"], again["changed"]) == (True, True)
-    assert str(registry.alias(NAME, registry.CHAMPION).version) == second
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == second
 
 
 def test_a_guard_beyond_its_tolerance_refuses_a_better_mean(store, tiny_model_dir) -> None:
@@ -131,7 +131,7 @@ def test_a_guard_beyond_its_tolerance_refuses_a_better_mean(store, tiny_model_di
     decision = _promote()
     assert not decision["promoted"]
     assert "guard truncation_rate: +0.1 [+0.05, +0.15]" in decision["reasons"][1]
-    assert registry.alias(NAME, registry.CHAMPION) is None
+    assert model_registry.alias(NAME, model_registry.CHAMPION) is None
 
 
 def test_an_eval_against_another_reference_is_refused(store, tiny_model_dir) -> None:
@@ -140,19 +140,19 @@ def test_an_eval_against_another_reference_is_refused(store, tiny_model_dir) -> 
     _promote()
     _, second = _published(tiny_model_dir, store, 2)
     _evaluated(second, "base", _c(0.3, 0.2, 0.4))  # evaluated before the champion existed
-    with pytest.raises(registry.RegistryError, match="evaluated against base, but the gate "
+    with pytest.raises(model_registry.RegistryError, match="evaluated against base, but the gate "
                                                      "compares with champion:1 now"):
         _promote()
-    assert str(registry.alias(NAME, registry.CHAMPION).version) == first
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == first
 
 
 def test_no_candidate_or_no_eval_is_refused_clearly(store, tiny_model_dir) -> None:
-    with pytest.raises(registry.RegistryError, match="no candidate: tiny has no version "
+    with pytest.raises(model_registry.RegistryError, match="no candidate: tiny has no version "
                                                      "with the alias 'candidate'"):
         _promote()
     _, number = _published(tiny_model_dir, store, 1)
-    registry.client().set_registered_model_alias(NAME, registry.CANDIDATE, number)
-    with pytest.raises(registry.RegistryError, match="has no eval results"):
+    model_registry.client().set_registered_model_alias(NAME, model_registry.CANDIDATE, number)
+    with pytest.raises(model_registry.RegistryError, match="has no eval results"):
         _promote()
     with pytest.raises(ConfigError, match="registry.model_name=None"):
         promote_candidate({}, RegistryParams(model_name=None), GATE)
@@ -165,10 +165,10 @@ def test_a_champion_whose_weights_are_gone_stops_the_gate(store, tiny_model_dir)
     _, second = _published(tiny_model_dir, store, 2)
     _evaluated(second, f"champion:{first}", _c(0.3, 0.2, 0.4))
     shutil.rmtree(champion_folder)
-    with pytest.raises(registry.RegistryError, match=f"the champion \\(tiny version {first}\\)"
-                                                     " refers to .*, which is gone"):
+    gone = f"the champion \\(tiny version {first}\\) refers to .*, which is gone"
+    with pytest.raises(model_registry.RegistryError, match=gone):
         _promote()
-    assert str(registry.alias(NAME, registry.CHAMPION).version) == first
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == first
 
 
 def test_a_tampered_candidate_is_refused_by_file(store, tiny_model_dir) -> None:
@@ -181,7 +181,7 @@ def test_a_tampered_candidate_is_refused_by_file(store, tiny_model_dir) -> None:
         f.write(bytes([last[0] ^ 0xFF]))
     with pytest.raises(ManifestError, match=r"model\.safetensors: changed"):
         _promote()
-    assert registry.alias(NAME, registry.CHAMPION) is None
+    assert model_registry.alias(NAME, model_registry.CHAMPION) is None
 
 
 def test_an_unknown_gate_metric_names_what_eval_compares(store, tiny_model_dir) -> None:
@@ -205,12 +205,12 @@ def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_
     with mlflow.start_run(run_name="eval") as run:
         out = record_eval({"base": {}, "trained": trained}, str(folder), {}, PARAMS)
     assert out == {"recorded": True, "name": NAME, "version": number, "reference": "base"}
-    version = registry.alias(NAME, registry.CANDIDATE)
+    version = model_registry.alias(NAME, model_registry.CANDIDATE)
     assert str(version.version) == number
     assert version.tags["eval.mean_reward"] == "0.6000"
     assert version.tags["eval.mean_reward.vs_base"] == "+0.2000 [+0.1000, +0.3000]"
     assert version.tags["eval.verdict"] == "learned"
     assert version.tags["eval.run_id"] == run.info.run_id
-    assert registry.read_evidence(version)["overall"] == {"mean_reward": _c(0.2, 0.1, 0.3)}
+    assert model_registry.read_evidence(version)["overall"] == {"mean_reward": _c(0.2, 0.1, 0.3)}
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # not rewritten
     check_manifest(folder)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rl_pipeline.debris import work_dir
 from rl_pipeline.engines.base import TrainRun
+from rl_pipeline.runs.debris import work_dir
 from rl_pipeline.training_result import TrainingResult
 
 # Trainer state in a checkpoint folder: for resuming, not part of the trained model.

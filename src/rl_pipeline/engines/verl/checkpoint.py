@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline.debris import temporary_work_dir, work_dir
+from rl_pipeline.runs.debris import temporary_work_dir, work_dir
 from rl_pipeline.training_result import ADAPTER_CONFIG, TrainingResult
 
 logger = logging.getLogger(__name__)

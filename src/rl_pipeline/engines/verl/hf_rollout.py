@@ -64,7 +64,7 @@ AGREEMENT_FIELDS = ["prompts", "responses", "response_mask", "rollout_log_probs"
 def save_agreement(folder: str, name: str, record: dict[str, Any]) -> None:
     """One record of ``hf_rollout.agreement_dir``: ``step_N`` (a step's batch) or
     ``adapter_N`` (the adapter the rollout loaded after step N; 0: before training)."""
-    from rl_pipeline.staging import staged
+    from rl_pipeline.runs.staging import staged
 
     with staged(os.path.join(folder, f"{name}.pt")) as path:
         torch.save(record, path)

@@ -39,7 +39,7 @@ def write_initial_adapter(folder: Path, model_path: str, rank: int, alpha: int,
     from peft.tuners.lora import LoraLayer
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rl_pipeline.staging import staged
+    from rl_pipeline.runs.staging import staged
 
     if (folder / "adapter_config.json").is_file():
         return folder

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rl_pipeline import lineage, registry
+from rl_pipeline import model_registry
 from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import generate, pick_backend, sampling_settings
 from rl_pipeline.evaluation.generations_table import generations_table
@@ -31,10 +31,10 @@ from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
-from rl_pipeline.params.registry import PromoteParams, RegistryParams
+from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
-from rl_pipeline.tracking import mlflow_metrics
+from rl_pipeline.tracking import lineage, mlflow_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +86,10 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
     name = registry_params.model_name
     if not name or promote.reference != "champion" or merged_model is None:
         return pd.DataFrame(), {}
-    champion = registry.alias(name, registry.CHAMPION)
-    if champion is None or champion.tags.get(registry.PATH_TAG) == str(
-            Path(merged_model).absolute()):
+    champion = model_registry.alias(name, model_registry.CHAMPION)
+    if champion is None or model_registry.is_folder(champion, merged_model):
         return pd.DataFrame(), {}
-    folder = registry.model_folder(champion, registry.CHAMPION)
+    folder = model_registry.model_folder(champion, model_registry.CHAMPION)
     frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, train)
     return frame, {"name": name, "version": str(champion.version), "path": str(folder)}
 
@@ -174,7 +173,7 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     if not name or merged_model is None or "trained" not in eval_metrics:
         return {"recorded": False}
     folder = Path(merged_model)
-    version = registry.version_for_folder(name, folder)
+    version = model_registry.version_for_folder(name, folder)
     trained = eval_metrics["trained"]
     run_id, _ = lineage.active_sources()
     if version is None:
@@ -187,7 +186,7 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
                 "by_data_source": {source: _comparisons(values[key])
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}
-    registry.record_eval(name, version, _results(trained), evidence, run_id)
+    model_registry.record_eval(name, version, _results(trained), evidence, run_id)
     return {"recorded": True, "name": name, "version": str(version.version),
             "reference": reference}
 

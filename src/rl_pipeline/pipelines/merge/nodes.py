@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline import lineage, registry
+from rl_pipeline import model_registry
 from rl_pipeline.merge.standalone import make_standalone_model
 from rl_pipeline.model_card import card_facts, check_manifest, render_card, weight_files, write_card
 from rl_pipeline.params import MergeParams
-from rl_pipeline.params.registry import RegistryParams
-from rl_pipeline.tracking import mlflow_metrics
+from rl_pipeline.params.model_registry import RegistryParams
+from rl_pipeline.tracking import lineage, mlflow_metrics
 
 
 def merge_model(training_result: str, base_model: str, merge: MergeParams,
@@ -49,10 +49,10 @@ def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
     name = registry_params.model_name
     if not name:
         return {"registered": False, "path": str(folder)}
-    tags = registry.version_tags(merge_metadata, sources, run_id, folder.parent.name,
+    tags = model_registry.version_tags(merge_metadata, sources, run_id, folder.parent.name,
                                  weight_files(sums))
     run = merge_metadata.get("training_run") or {}
-    version = registry.register_merged_model(
+    version = model_registry.register_merged_model(
         name, folder, run_id, tags, copy_weights=registry_params.copy_weights,
         description=f"Merged {run.get('engine', merge_metadata.get('engine', 'unknown'))} "
                     f"{run.get('algorithm') or run.get('estimator') or 'grpo'} model from "

@@ -16,7 +16,7 @@ import torch
 from matplotlib.figure import Figure
 
 from rl_pipeline.engines.base import TrainSetup, reward_curve
-from rl_pipeline.engines.registry import choose_engine, get_engine
+from rl_pipeline.engines.lookup import choose_engine, get_engine
 from rl_pipeline.engines.run_identity import (
     CheckpointRoot,
     RunIdentity,

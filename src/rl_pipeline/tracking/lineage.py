@@ -11,7 +11,7 @@ from typing import Any
 
 import mlflow
 
-from rl_pipeline.debris import pid_alive
+from rl_pipeline.runs.debris import pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -85,11 +85,17 @@ def active_sources() -> tuple[str | None, dict[str, str]]:
     return run.info.run_id, {k: v for k, v in tags.items() if k.startswith("source.")}
 
 
+def weights_run(training_run: dict[str, Any]) -> str | None:
+    """The train run whose weights a model holds: the run that trained them, which for a
+    rerun of a complete run (trained no further) is the earlier run (``weights_run_id``)."""
+    return training_run.get("weights_run_id") or training_run.get("mlflow_run_id") or None
+
+
 def training_sources(training_run: dict[str, Any]) -> dict[str, str]:
     """The ``source.*`` tags of a model trained by ``training_run`` (the run summary in the
     training result's record, carried into merge_metadata.json): the train run whose weights
     it holds, its identity, and the versions of the prompts it loaded."""
-    train_run_id = training_run.get("weights_run_id") or training_run.get("mlflow_run_id")
+    train_run_id = weights_run(training_run)
     identity = {"source.train_identity": training_run.get("identity") or "unknown"}
     if not train_run_id:
         return {"source.train_run_id": "unknown", **identity}

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline.staging import staged
+from rl_pipeline.runs.staging import staged
 
 
 def read_object(path: str | Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What killed runs leave behind, and its removal by the next run.
 
-Every save writes under a hidden name and renames into place (:func:`rl_pipeline.staging.staged`,
+Every save writes under a hidden name and renames into place (:func:`.staging.staged`,
 for the datasets and the resolved base model), and train and merge build their models in
 hidden work folders. A run killed midway leaves these behind. No load ever picks them up,
 but a killed merge of a 7B model leaves 15 GB of them. Their names carry the writer's host

@@ -1,6 +1,6 @@
 """Writes that appear whole or not at all: stage under a hidden name, then rename into place.
 
-A file or folder is written to a hidden sibling (named by :func:`rl_pipeline.debris.staging_path`,
+A file or folder is written to a hidden sibling (named by :func:`.debris.staging_path`,
 so the next run removes it if this one is killed) and renamed to its final name when complete,
 which is atomic on POSIX. No load or version lookup ever matches the hidden name.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rl_pipeline.debris import remove, staging_path
 from rl_pipeline.errors import UserError
+from rl_pipeline.runs.debris import remove, staging_path
 
 
 class StorageError(UserError, OSError):

@@ -1,36 +1,23 @@
-"""Merged models in MLflow's Model Registry: their versions, what each carries, and the
-``candidate`` and ``champion`` aliases.
-
-A version refers to a merged model where the Data Catalog keeps it (its ``source`` is the
-versioned folder's ``file://`` URI; the tags name the folder and the catalog version), so
-gigabytes of weights are not copied into MLflow's artifact store; with
-``registry.copy_weights`` the merge run logs the weights (transformers flavour) and the
-version is made from them instead. Either way a version carries the train and merge runs, the
-prompt versions, the run identity, the base model, the engine and the SHA-256 of every weight
-file; eval adds its results, and the promote stage moves the aliases.
-"""
+"""Versions of merged models in the registry: registering them, finding them by alias or
+folder, their weights' folder checked, and eval's results recorded on them."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline.errors import UserError
+from rl_pipeline.model_registry.names import (
+    CANDIDATE,
+    EVIDENCE_FILE,
+    PATH_TAG,
+    REFUSED_TAG,
+    RegistryError,
+    tag_value,
+)
+from rl_pipeline.tracking.lineage import weights_run
 
 logger = logging.getLogger(__name__)
-
-CANDIDATE = "candidate"
-CHAMPION = "champion"
-PATH_TAG = "catalog.path"
-EVIDENCE_FILE = "registry/evidence.json"
-REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
-_TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
-
-
-class RegistryError(UserError, ValueError):
-    """The registry lacks what a stage needs (a candidate, its eval, a champion's weights)."""
 
 
 def client() -> Any:
@@ -69,7 +56,7 @@ def register_merged_model(name: str, folder: str | Path, run_id: str | None,
         source = _log_weights(folder)
     else:
         source = folder.as_uri()
-    tags = {**{k: _tag(v) for k, v in tags.items()}, PATH_TAG: str(folder),
+    tags = {**{k: tag_value(v) for k, v in tags.items()}, PATH_TAG: stored_path(folder),
             "storage": "mlflow copy" if copy_weights else "catalog reference"}
     version = registry.create_model_version(name, source=source, run_id=run_id, tags=tags,
                                             description=description)
@@ -98,8 +85,7 @@ def version_tags(metadata: dict[str, Any], sources: dict[str, str], merge_run_id
     the base model, the engine, and ``sha256.<file>`` for every weight file."""
     run = metadata.get("training_run") or {}
     return {
-        "train_run_id": sources.get("source.train_run_id") or run.get("weights_run_id")
-        or run.get("mlflow_run_id") or "unknown",
+        "train_run_id": sources.get("source.train_run_id") or weights_run(run) or "unknown",
         "merge_run_id": merge_run_id or "unknown",
         "run_identity": run.get("identity") or "unknown",
         "base_model": metadata.get("base_model") or "unknown",
@@ -112,11 +98,26 @@ def version_tags(metadata: dict[str, Any], sources: dict[str, str], merge_run_id
     }
 
 
+def stored_path(folder: str | Path) -> str:
+    """``folder`` as :data:`PATH_TAG` holds it: relative to the project (the folder
+    ``kedro run`` runs in), so that the tag holds on another machine with the project at
+    another path; absolute when it lies outside the project."""
+    folder = Path(folder).absolute()
+    try:
+        return folder.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(folder)
+
+
+def is_folder(version: Any, folder: str | Path) -> bool:
+    """Whether ``version`` was registered for ``folder`` (its :data:`PATH_TAG`)."""
+    return version.tags.get(PATH_TAG) == stored_path(folder)
+
+
 def version_for_folder(name: str, folder: str | Path) -> Any | None:
     """The version of ``name`` registered for ``folder``, or None."""
-    wanted = str(Path(folder).absolute())
     for version in client().search_model_versions(f"name='{name}'"):
-        if version.tags.get(PATH_TAG) == wanted:
+        if is_folder(version, folder):
             return version
     return None
 
@@ -165,7 +166,7 @@ def record_eval(name: str, version: Any, results: dict[str, str],
         mlflow.log_dict(evidence, EVIDENCE_FILE)
     for key, value in {**results, "eval.run_id": eval_run_id or "unknown",
                        "eval.reference": evidence["reference"]}.items():
-        registry.set_model_version_tag(name, version.version, key, _tag(value))
+        registry.set_model_version_tag(name, version.version, key, tag_value(value))
     # New evidence: an earlier refusal was about the old one, so the gate decides again.
     if REFUSED_TAG in version.tags:
         registry.delete_model_version_tag(name, version.version, REFUSED_TAG)
@@ -192,8 +193,3 @@ def read_evidence(version: Any) -> dict[str, Any]:
     except Exception as exc:  # any store error: say which run and file
         raise RegistryError(f"{version.name} version {version.version}: its eval run {run_id}"
                             f" has no readable {EVIDENCE_FILE} ({exc})") from None
-
-
-def _tag(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text[:_TAG_LIMIT]

@@ -1,0 +1,29 @@
+"""The Model Registry's vocabulary: its aliases, the tags a reviewer reads, and their limit.
+Every registry write goes through :mod:`rl_pipeline.model_registry`; these are its names."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rl_pipeline.errors import UserError
+
+CANDIDATE = "candidate"
+CHAMPION = "champion"
+PATH_TAG = "catalog.path"
+EVIDENCE_FILE = "registry/evidence.json"
+REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
+PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted over
+REASONS_TAG = "promote.reasons"
+TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
+
+
+class RegistryError(UserError, ValueError):
+    """The registry lacks what a stage needs (a candidate, its eval, a champion's weights)."""
+
+
+def tag_value(value: Any) -> str:
+    """``value`` as a tag holds it: text as it is, anything else as JSON, cut to
+    :data:`TAG_LIMIT` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:TAG_LIMIT]
