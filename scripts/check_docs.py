@@ -21,7 +21,7 @@ How each is checked, with the project's own code and nothing stubbed:
   outside the parameter files must be a ``runtime_params`` name of the catalog.
 - ``make ...``: ``make -n`` with the same targets and variables exits 0, and the ``kedro``
   and script commands it would run are checked as above.
-- ``python scripts/x.py ...``: the file exists, every option it is given is one its argparse
+- ``python scripts/<name>.py ...``: the file exists, every option it is given is one its argparse
   parser defines, and ``scripts/`` tools parse the arguments (``ARGS --help`` exits 0).
   ``scripts/scheduled_run.sh STAGE ARGS`` is checked as the ``kedro run`` it runs.
 - anything else: its program is in an allow-list, and every repository path it names exists.
