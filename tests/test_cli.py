@@ -68,3 +68,22 @@ def test_a_params_value_read_as_a_mapping_by_accident_is_warned_of(monkeypatch) 
     code, stderr, params = _params(monkeypatch, "data_prep.seed=7,train.x={a: 1}")
     assert code == 0 and stderr == "" and params == {"data_prep": {"seed": 7},
                                                      "train": {"x": {"a": 1}}}
+
+
+def test_the_command_typed_is_given_to_the_stages_and_not_left_behind(monkeypatch) -> None:
+    """Each stage's run is tagged with this process's command line (LineageHook), and a
+    run in this process does not leave it for the next one (or a child) to inherit."""
+    import os
+    import shlex
+    import sys
+
+    from rl_pipeline.hooks import COMMAND_ENV
+
+    monkeypatch.delenv(COMMAND_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "run", "--env", "cpu"])
+    seen: list[str | None] = []
+    monkeypatch.setattr("rl_pipeline.cli._run_stages",
+                        lambda **_: seen.append(os.environ.get(COMMAND_ENV)))
+    assert CliRunner().invoke(run, ["--pipelines", "data_prep"]).exit_code == 0
+    assert seen == [shlex.join(["kedro", "run", "--env", "cpu"])]
+    assert COMMAND_ENV not in os.environ

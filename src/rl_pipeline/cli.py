@@ -80,8 +80,20 @@ class UserErrorExit(click.ClickException):
 
 
 def _run(**options: Any) -> dict[str, Any]:
-    # What the user typed, for each stage's run (LineageHook's kedro_command tag).
-    os.environ.setdefault(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]]))
+    # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
+    # process's own command line, never one inherited from a parent, and not left behind.
+    before = os.environ.get(COMMAND_ENV)
+    os.environ[COMMAND_ENV] = shlex.join(["kedro", *sys.argv[1:]])
+    try:
+        return _run_reporting(**options)
+    finally:
+        if before is None:
+            os.environ.pop(COMMAND_ENV, None)
+        else:
+            os.environ[COMMAND_ENV] = before
+
+
+def _run_reporting(**options: Any) -> dict[str, Any]:
     try:
         return _run_stages(**options)
     except StageLockedError as exc:
