@@ -86,19 +86,28 @@ def test_the_base_configuration_trains_with_the_spec_defaults() -> None:
         TrainParams.model_validate({"verl": {"algorithm_adv_estimator": "ppo"}})
 
 
-@pytest.mark.parametrize("text", [r"Label:\s*(?P<answer>\w+)", "it's", "ends in \\",
-                                  r"C:\models\judge", "quote after backslash \\'", "a,b=c"])
-def test_a_value_reaches_verl_exactly_as_given(text: str) -> None:
+def test_a_value_reaches_verl_exactly_as_given() -> None:
     """Hydra keeps a backslash in a quoted string except before a quote: a regular
     expression in the reward group (its JSON) must arrive with one backslash, not two."""
     from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
     from rl_pipeline.params import RewardParams
 
+    tricky = " | ".join([r"C:\models\judge", "it's", "a,b=c", "quote after backslash \\'",
+                         "ends in \\"])
     reward = RewardParams.model_validate({
         "custom_reward_function": {"name": "regex"},
         "regex": {"pattern": r"Label:\s*(?P<answer>\w+)", "example": "Label: {answer}"},
-        "judge": {"rubric": text}})
+        "judge": {"rubric": tricky}})
     config = compose_verl_config(["data.max_response_length=64",
                                   *reward_overrides(reward, None)])
     sent = config.reward.custom_reward_function.reward_kwargs.reward
     assert RewardParams.model_validate_json(sent) == reward
+    assert RewardParams.model_validate_json(sent).judge.rubric.endswith("\\")
+    # A value that ends in a backslash, or has one before a quote, as Hydra's parser reads it.
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rl_pipeline.engines.verl.config import _hydra_value
+
+    parser = OverridesParser.create()
+    for text in ("ends in \\", "it's \\'quoted\\'", r"C:\models\judge"):
+        assert parser.parse_override(f"key={_hydra_value(text)}").value() == text
