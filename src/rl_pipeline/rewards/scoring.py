@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 RewardFunction = Callable[..., "float | dict[str, Any]"]
 # (data_source, solution_str, ground_truth, extra_info): one sample, as score() takes it
 Sample = tuple[str, str, str, "dict | None"]
+T = TypeVar("T")
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 PKG = "pkg://"  # verl's prefix for a reward module imported by name, not by file path
@@ -309,19 +310,21 @@ class SafeReward:
     def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """:meth:`score` of each sample, in order; ``concurrency`` at once (a judge's
         requests overlap; other rewards score one by one)."""
-        return _batch(self.score, samples, self.concurrency)
+        return score_concurrently(self.score, samples, self.concurrency)
 
 
 TERM = "term_"  # the prefix of a weighted term's part (its metric): term_<label>
 JUDGE_PART = "judge_"  # the prefix of the judge's parts (rl_pipeline.rewards.judge.PARTS)
 
 
-def _batch(score: Callable[..., Scored], samples: Sequence[Sample],
-           concurrency: int) -> list[Scored]:
-    if concurrency <= 1 or len(samples) <= 1:
-        return [score(*sample) for sample in samples]
-    with ThreadPoolExecutor(min(concurrency, len(samples))) as pool:
-        return list(pool.map(lambda sample: score(*sample), samples))
+def score_concurrently(score: Callable[..., T], jobs: Sequence[Sequence[Any]],
+                       concurrency: int) -> list[T]:
+    """``score(*job)`` for each job, in order, at most ``concurrency`` at a time (threads: a
+    judge's requests wait on the network, a rule's release the GIL in its regex or parser)."""
+    if concurrency <= 1 or len(jobs) <= 1:
+        return [score(*job) for job in jobs]
+    with ThreadPoolExecutor(min(concurrency, len(jobs))) as pool:
+        return list(pool.map(lambda job: score(*job), jobs))
 
 
 class WeightedReward:
@@ -370,7 +373,7 @@ class WeightedReward:
 
     def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """:meth:`score` of each sample, in order, ``concurrency`` at once."""
-        return _batch(self.score, samples, self.concurrency)
+        return score_concurrently(self.score, samples, self.concurrency)
 
 
 Reward = SafeReward | WeightedReward  # what build_reward gives every caller

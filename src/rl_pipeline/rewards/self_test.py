@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rl_pipeline.errors import UserError
@@ -33,6 +33,7 @@ from rl_pipeline.rewards.scoring import (
     GSM8K_SOURCES,
     MATH_SOURCES,
     TERM,
+    score_concurrently,
 )
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             tokens = len(gold.split())
             facts = response_facts(tokens, max(tokens, 1) * 100, truncated=False)
             jobs += [(row, gold, facts), (row, wrong, facts)]
-        scored = _scored_all(score, jobs, workers)
+        scored = score_concurrently(partial(_scored, score), jobs, workers)
         results = []
         for i, row in enumerate(chosen):
             (gold_score, gold_error, gold_terms, gold_note), \
@@ -324,15 +325,6 @@ def _judge_failure(source: str, result: dict[str, Any], correct_score: float,
             f"reward.judge.min_agreement={result['min_agreement']:g}. Examples: {rows}. To "
             "fix: a stronger judge (reward.judge.model or url), a clearer reward.judge.rubric "
             "or template; reward.self_test=warn trains with this judge anyway.")
-
-
-def _scored_all(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
-                jobs: list[tuple[dict[str, Any], str, dict[str, Any]]], workers: int,
-                ) -> list[tuple[float, str | None, dict[str, float], str | None]]:
-    if workers <= 1:
-        return [_scored(score, *job) for job in jobs]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda job: _scored(score, *job), jobs))
 
 
 def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
