@@ -252,6 +252,19 @@ def digit_reward_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def mlflow_store(tmp_path):
+    """A SQLite MLflow tracking and registry store in ``tmp_path``, with an experiment; the
+    tracking URI before it is restored afterwards."""
+    import mlflow
+
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_experiment("tests")
+    yield tmp_path
+    mlflow.set_tracking_uri(before)
+
+
 def train_catalog(model: Path, folder: Path, train: dict[str, Any],
                   data: dict[str, Any] | None = None, rows: int = 16):
     """An in-memory catalog for the train pipeline: ``rows`` GSM8K train prompts, 4 val
@@ -260,11 +273,14 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
 
     from rl_pipeline.params import DataParams, RewardParams
     from rl_pipeline.params.train import TrainParams
+    from tests.catalogs import KeptDataset
 
     train_frame, val_frame = gsm8k_prompts(rows), gsm8k_prompts(4, "test", GSM8K_TEST)
     train_frame.to_parquet(folder / "train.parquet")
     val_frame.to_parquet(folder / "val.parquet")
     catalog = DataCatalog(datasets={
+        # read by the run-tags node too: kept for the test to read after the run
+        "preflight_report": KeptDataset(), "train_summary": KeptDataset(),
         "train_prompts_file": MemoryDataset(str(folder / "train.parquet")),
         "val_prompts_file": MemoryDataset(str(folder / "val.parquet")),
         "train_prompts": MemoryDataset(train_frame), "val_prompts": MemoryDataset(val_frame),

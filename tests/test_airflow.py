@@ -62,8 +62,10 @@ def test_generated_dags_have_distinct_ids_stage_tasks_in_order_and_conf_schedule
     assert {(dag["max_active_runs"], dag["catchup"]) for dag in dags.values()} == {(1, False)}
     # Each task runs its stage as a scheduled run.
     text = (tmp_path / "dags/rl_pipeline_dag.py").read_text()
-    assert '_run_stage("train", ["prepare_training_node", "train_model_node"])' in text
-    assert '_run_stage("merge", ["merge_model_node", "publish_merged_model_node"])' in text
+    assert ('_run_stage("train", ["prepare_training_node", "train_model_node", '
+            '"train_run_tags_node"])') in text
+    assert ('_run_stage("merge", ["merge_model_node", "merge_run_tags_node", '
+            '"publish_merged_model_node"])') in text
 
     # Two files with one dag_id (what the stock template generates) fail the check.
     (tmp_path / "dags/copy_of_train_dag.py").write_text(files[-1].read_text())
@@ -98,7 +100,7 @@ def test_a_task_fails_unretried_naming_what_a_retry_cannot_fix(tmp_path) -> None
     out = _task_failure(dag_file, elsewhere, tmp_path)
     assert out.startswith(f"AirflowFailException the task runs in {elsewhere}, which is not "
                           "the rl_pipeline project folder"), out
-    out = _task_failure(dag_file, project, tmp_path)  # .venv-airflow has no kedro
-    assert out.startswith("AirflowFailException No module named 'kedro': install the project "
-                          "into Airflow's environment"), out
+    out = _task_failure(dag_file, project, tmp_path)  # .venv-airflow has neither it nor kedro
+    assert out.startswith("AirflowFailException No module named 'rl_pipeline': install the "
+                          "project into Airflow's environment"), out
     assert "pip install -e . -c constraints-cpu.txt" in out

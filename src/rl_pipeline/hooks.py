@@ -17,18 +17,15 @@ from kedro.io import AbstractVersionedDataset, DatasetError
 from kedro_mlflow.framework.hooks import MlflowHook
 from pydantic import BaseModel
 
-from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_registry.names import tag_value
 from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
 from rl_pipeline.runs.debris import sweep
-from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
 from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
 from rl_pipeline.tracking.lineage import (
     end_orphaned_runs,
     git_state,
     process_tags,
-    training_sources,
 )
 
 
@@ -207,6 +204,9 @@ class LineageHook:
     version, and the error of a run that fails. It tags the host and pid too, so that the
     next run can mark KILLED the runs of processes that died without a word (SIGKILL, out of
     memory), instead of leaving them RUNNING.
+
+    What is particular to a stage (the engine, the verdict, the decision) the stage tags
+    itself: a node returns it as ``<stage>_run_tags``, which the catalog sets on the run.
     """
 
     def __init__(self) -> None:
@@ -234,63 +234,17 @@ class LineageHook:
         end_orphaned_runs(mlflow.MlflowClient(), run.info.experiment_id, run.info.run_id)
 
     @hook_impl
-    def after_dataset_loaded(self, dataset_name: str, data: Any) -> None:
+    def after_dataset_loaded(self, dataset_name: str) -> None:
         self._tag_version("loaded", dataset_name, "resolve_load_version")
-        if dataset_name == "merged_model" and data and mlflow.active_run() is not None:
-            # The eval stage: the train run whose weights the merged model holds.
-            self._tag_sources(read_object(Path(data) / MERGE_METADATA).get("training_run") or {})
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str) -> None:
         self._tag_version("saved", dataset_name, "resolve_save_version")
 
-    @hook_impl
-    def after_node_run(self, outputs: dict[str, Any]) -> None:
-        if mlflow.active_run() is None:
-            return
-        report = outputs.get("preflight_report")
-        if isinstance(report, dict):  # the train stage: the engine and its resolved hardware
-            mlflow.set_tags({"train.engine": report.get("engine", "unknown"),
-                             **{f"train.hardware.{k}": v
-                                for k, v in (report.get("hardware") or {}).items()},
-                             **({"train.device": report["device"]} if "device" in report
-                                else {})})
-        summary = outputs.get("train_summary")
-        if isinstance(summary, dict):  # the train stage: its identity and what it continued
-            mlflow.set_tags({f"train.{k}": str(summary.get(k)).lower() for k in (
-                "identity", "resumed", "resumed_from_step", "resumed_from_run",
-                "already_complete", "weights_run_id")})
-        metrics = outputs.get("eval_metrics")
-        if isinstance(metrics, dict) and "verdict" in metrics.get("trained", {}):
-            verdict = metrics["trained"]["verdict"]  # the eval stage: what training did
-            mlflow.set_tags({
-                "eval.verdict": verdict["verdict"],
-                "eval.verdict_reasons": tag_value("; ".join(verdict["reasons"])),
-                **{f"eval.verdict.{source}": v["verdict"]
-                   for source, v in verdict["by_data_source"].items()}})
-        decision = outputs.get("promotion_decision")
-        if isinstance(decision, dict):  # the promote stage: what the gate decided, and why
-            mlflow.set_tags({
-                "promote.promoted": str(decision["promoted"]).lower(),
-                "promote.changed": str(decision["changed"]).lower(),
-                "promote.candidate": decision["candidate"],
-                "promote.reference": decision["reference"],
-                "promote.reasons": tag_value("; ".join(decision["reasons"]))})
-        metadata = outputs.get("merge_metadata")
-        if isinstance(metadata, dict):  # the merge stage: the train run and its prompt data
-            self._tag_sources(metadata.get("training_run") or {})
-
     @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
     def on_pipeline_error(self, error: Exception) -> None:
         if mlflow.active_run() is not None:
             mlflow.set_tag("error", tag_value(f"{type(error).__name__}: {error}"))
-
-    @staticmethod
-    def _tag_sources(training_run: dict[str, Any]) -> None:
-        """Tag the train run (and its identity and prompt versions) that ``training_run``
-        (the run summary in the training result's record, carried into merge_metadata.json)
-        names (:func:`rl_pipeline.tracking.lineage.training_sources`)."""
-        mlflow.set_tags(training_sources(training_run))
 
     def _tag_version(self, action: str, name: str, resolve: str) -> None:
         if mlflow.active_run() is None or self._catalog is None:

@@ -56,8 +56,9 @@ def test_a_third_engine_is_one_module_and_one_registry_line(copy_engine, tiny_mo
     catalog = train_catalog(tiny_model_dir, tmp_path, {"engine": "copy"}, rows=6)
     outputs = SequentialRunner().run(create_pipeline(), catalog)
 
-    report = outputs["preflight_report"].load()
+    report = catalog["preflight_report"].load()
     assert report["engine"] == "copy" and report["checked"] is True
+    assert outputs["train_run_tags"].load()["train.engine"] == "copy"
     assert report["train_prompts"] == 6
     assert outputs["preflight_metrics"].load()["copies"] == {"value": 1.0, "step": 0}
     exported = Path(outputs["training_result"].load())

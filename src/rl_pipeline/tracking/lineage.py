@@ -75,14 +75,10 @@ def end_orphaned_runs(client: mlflow.MlflowClient, experiment_id: str, current_r
 
 
 
-def active_sources() -> tuple[str | None, dict[str, str]]:
-    """The active run's id and its ``source.*`` tags: the train run, its identity and its
-    prompt versions, which :class:`~rl_pipeline.hooks.LineageHook` sets on merge and eval."""
+def active_run_id() -> str | None:
+    """The active MLflow run's id; None when tracking is off."""
     run = mlflow.active_run()
-    if run is None:
-        return None, {}
-    tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
-    return run.info.run_id, {k: v for k, v in tags.items() if k.startswith("source.")}
+    return run.info.run_id if run is not None else None
 
 
 def weights_run(training_run: dict[str, Any]) -> str | None:

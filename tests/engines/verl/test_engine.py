@@ -200,7 +200,7 @@ def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path)
     """verl's default_local_dir is one folder per identity: another learning rate, another
     folder; the same configuration, the same folder."""
     from rl_pipeline.params.train import TrainParams
-    from rl_pipeline.pipelines.train.nodes import check_training_setup
+    from rl_pipeline.pipelines.preflight.nodes import check_training_setup
 
     root = tmp_path / "train_checkpoints"
 

@@ -23,6 +23,7 @@ from rl_pipeline.params import (
 )
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
+from tests.catalogs import KeptDataset
 from tests.conftest import read_gsm8k
 
 # Slow: the eval pipeline runs whole (generation) in a Kedro runner.
@@ -33,13 +34,6 @@ EVAL = {"backend": "hf", "max_prompts": 3, "n_samples": 2, "greedy": False,
         "bootstrap_resamples": 1000}
 REWARD = {"custom_reward_function": {"path": None, "name": "compute_score"}, "strict": False}
 TABLE = "eval/eval_generations.json"
-
-
-class _Kept(MemoryDataset):
-    """A MemoryDataset the runner does not release after its last reader."""
-
-    def _release(self) -> None:
-        pass
 
 
 def _val_prompts() -> pd.DataFrame:
@@ -57,7 +51,7 @@ def _run(base: Path, merged: Path | None, data_params: dict,
         "base_model": MemoryDataset(str(base)),
         "merged_model": MemoryDataset(str(merged) if merged else None),
         "eval_generations_table": table or MemoryDataset(),
-        "eval_metrics": _Kept(),  # record_eval reads it too: kept for the test
+        "eval_metrics": KeptDataset(),  # record_eval reads it too: kept for the test
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
     catalog["params:eval"] = EvalParams.model_validate(EVAL)

@@ -27,12 +27,8 @@ METADATA = {"base_model": "tiny-base", "kind": "peft_adapter", "engine": "trl",
 
 
 @pytest.fixture
-def store(tmp_path):
-    before = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    mlflow.set_experiment("promote-tests")
-    yield tmp_path
-    mlflow.set_tracking_uri(before)
+def store(mlflow_store):
+    return mlflow_store
 
 
 def _c(delta: float, low: float, high: float) -> dict[str, float]:

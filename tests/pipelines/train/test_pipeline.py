@@ -15,6 +15,7 @@ from rl_pipeline.params import MergeParams, RegistryParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
 from rl_pipeline.training_result import RECORD, TrainingResult
+from tests.catalogs import KeptDataset
 from tests.conftest import train_catalog
 
 # Slow: the train pipeline runs whole (training) in a Kedro runner.
@@ -25,28 +26,23 @@ TRL = {"apply_lora": True, "lora_rank": 4, "lora_alpha": 8, "num_generations": 4
        "save_steps": 1, "logging_steps": 1, "num_iterations": 1}
 
 
-class _Kept(MemoryDataset):
-    """A MemoryDataset the runner does not release after its last reader."""
-
-    def _release(self) -> None:
-        pass
-
-
 def _catalog(model: Path, tmp_path: Path, data_params: dict, trl: dict) -> DataCatalog:
     return train_catalog(model, tmp_path, {"engine": "trl", "trl": trl}, data_params)
 
 
 def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_params) -> None:
     checkpoints = tmp_path / "models" / "train_checkpoints"
-    outputs = SequentialRunner().run(create_pipeline(),
-                                     _catalog(tiny_model_dir, tmp_path, data_params, TRL))
-    report = outputs["preflight_report"].load()
+    catalog = _catalog(tiny_model_dir, tmp_path, data_params, TRL)
+    outputs = SequentialRunner().run(create_pipeline(), catalog)
+    report = catalog["preflight_report"].load()
     # The reward self-test ran in the preflight: GSM8K golds score 1, wrong answers lower.
     assert report["engine"] == "trl"
     assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0
     assert "per_device_train_batch_size: 8" in outputs["train_config_resolved"].load()
-    summary = outputs["train_summary"].load()
+    summary = catalog["train_summary"].load()
     assert summary["engine"] == "trl" and summary["steps"] == 2
+    tags = outputs["train_run_tags"].load()
+    assert tags["train.engine"] == "trl" and tags["train.identity"] == summary["identity"]
     exported = Path(outputs["training_result"].load())
     assert (exported / "adapter_config.json").is_file()
     result = TrainingResult.read(exported)
@@ -79,7 +75,7 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
                                           dtype="bfloat16")
     catalog["params:registry"] = RegistryParams(model_name=None)  # no registry here
     # The merge pipeline's publish node reads both: kept for the test after it has.
-    catalog["merged_model"], catalog["merge_metadata"] = _Kept(), _Kept()
+    catalog["merged_model"], catalog["merge_metadata"] = KeptDataset(), KeptDataset()
     outputs = SequentialRunner().run(create_pipeline() + merge_pipeline(), catalog)
     assert outputs["registered_model"].load()["registered"] is False
     merged = Path(catalog["merged_model"].load())
@@ -104,7 +100,8 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
 
 
 def _run(catalog: DataCatalog) -> dict:
-    return SequentialRunner().run(create_pipeline(), catalog)["train_summary"].load()
+    SequentialRunner().run(create_pipeline(), catalog)
+    return catalog["train_summary"].load()
 
 
 def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
@@ -143,7 +140,8 @@ def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
     catalog = _catalog(tiny_model_dir, tmp_path, data_params, trl)
     catalog["params:train"] = TrainParams.model_validate(
         {"engine": "trl", "trl": trl, "resume": "never"})
-    retrained = SequentialRunner().run(create_pipeline(), catalog)["train_summary"].load()
+    SequentialRunner().run(create_pipeline(), catalog)
+    retrained = catalog["train_summary"].load()
     assert (retrained["steps"], retrained["already_complete"], retrained["resumed"]) == \
         (2, False, False)
 

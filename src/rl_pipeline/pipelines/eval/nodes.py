@@ -29,11 +29,13 @@ from rl_pipeline.evaluation.report import (
 )
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
+from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
+from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.tracking import lineage, mlflow_metrics
 
 logger = logging.getLogger(__name__)
@@ -175,7 +177,7 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     folder = Path(merged_model)
     version = model_registry.version_for_folder(name, folder)
     trained = eval_metrics["trained"]
-    run_id, _ = lineage.active_sources()
+    run_id = lineage.active_run_id()
     if version is None:
         logger.warning("%s is no version of the registered model %s (merged without the "
                        "registry): its eval is not recorded there", folder, name)
@@ -189,6 +191,23 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     model_registry.record_eval(name, version, _results(trained), evidence, run_id)
     return {"recorded": True, "name": name, "version": str(version.version),
             "reference": reference}
+
+
+def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None) -> dict[str, str]:
+    """The eval run's tags: the verdict on what training did (overall, its reasons, and per
+    data source) and, for a merged model, the train run whose weights it holds
+    (``source.*``, from merge's metadata in the folder)."""
+    tags: dict[str, str] = {}
+    if merged_model is not None:
+        metadata = read_object(Path(merged_model) / MERGE_METADATA)
+        tags.update(lineage.training_sources(metadata.get("training_run") or {}))
+    verdict = eval_metrics.get("trained", {}).get("verdict")
+    if verdict is not None:
+        tags.update({"eval.verdict": verdict["verdict"],
+                     "eval.verdict_reasons": "; ".join(verdict["reasons"]),
+                     **{f"eval.verdict.{source}": v["verdict"]
+                        for source, v in verdict["by_data_source"].items()}})
+    return tags
 
 
 def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:

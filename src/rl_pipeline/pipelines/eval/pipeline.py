@@ -1,6 +1,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from .nodes import (
+    eval_run_tags,
     evaluate_base,
     evaluate_champion,
     evaluate_trained,
@@ -53,5 +54,11 @@ def create_pipeline(**kwargs) -> Pipeline:
             inputs=["eval_metrics", "merged_model", "champion_model", "params:registry"],
             outputs="eval_registry",
             name="record_eval_node",
+        ),
+        Node(
+            func=eval_run_tags,
+            inputs=["eval_metrics", "merged_model"],
+            outputs="eval_run_tags",
+            name="eval_run_tags_node",
         ),
     ])

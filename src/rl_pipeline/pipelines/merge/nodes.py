@@ -45,7 +45,8 @@ def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
     """
     folder = Path(merged_model)
     sums = check_manifest(folder)  # the folder the catalog saved is the one merge verified
-    run_id, sources = lineage.active_sources()
+    run_id = lineage.active_run_id()
+    sources = lineage.training_sources(merge_metadata.get("training_run") or {})
     name = registry_params.model_name
     if not name:
         return {"registered": False, "path": str(folder)}
@@ -59,3 +60,9 @@ def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
                     f"{merge_metadata.get('base_model')} ({run.get('steps')} steps).")
     return {"registered": True, "name": name, "version": str(version.version),
             "source": version.source, "tags": version.tags}
+
+
+def merge_run_tags(merge_metadata: dict[str, Any]) -> dict[str, str]:
+    """The merge run's tags: the train run whose weights it merged, that run's identity and
+    the versions of the prompts it trained on (``source.*``)."""
+    return lineage.training_sources(merge_metadata.get("training_run") or {})

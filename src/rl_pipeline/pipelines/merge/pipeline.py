@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from .nodes import merge_model, publish_merged_model
+from .nodes import merge_model, merge_run_tags, publish_merged_model
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -16,5 +16,11 @@ def create_pipeline(**kwargs) -> Pipeline:
             inputs=["merged_model", "merge_metadata", "params:registry"],
             outputs="registered_model",
             name="publish_merged_model_node",
+        ),
+        Node(
+            func=merge_run_tags,
+            inputs="merge_metadata",
+            outputs="merge_run_tags",
+            name="merge_run_tags_node",
         ),
     ])

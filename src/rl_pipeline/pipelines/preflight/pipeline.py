@@ -1,7 +1,12 @@
 from kedro.pipeline import Node, Pipeline
 
-from rl_pipeline.pipelines.train.nodes import check_training_setup
-from rl_pipeline.pipelines.train.pipeline import PREFLIGHT_OUTPUTS, SETUP_INPUTS
+from .nodes import check_training_setup, preflight_run_tags
+
+# The train pipeline starts with the same check (prepare_training), on the same datasets.
+SETUP_INPUTS = ["train_prompts_file", "val_prompts_file", "base_model",
+                "train_checkpoints_dir", "params:train", "params:data", "params:reward"]
+PREFLIGHT_OUTPUTS = ["train_plan", "preflight_report", "train_config_resolved", "train_command",
+                     "preflight_metrics"]
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -11,5 +16,11 @@ def create_pipeline(**kwargs) -> Pipeline:
             inputs=SETUP_INPUTS,
             outputs=PREFLIGHT_OUTPUTS,
             name="check_training_setup_node",
+        ),
+        Node(
+            func=preflight_run_tags,
+            inputs="preflight_report",
+            outputs="preflight_run_tags",
+            name="preflight_run_tags_node",
         ),
     ])

@@ -33,3 +33,13 @@ def promote_candidate(eval_registry: dict[str, Any], registry_params: RegistryPa
         raise ConfigError("registry.model_name=None: promote moves aliases of a registered "
                           "model; set registry.model_name (default rl_pipeline) and merge")
     return model_registry.promote_candidate(name, promote, eval_registry)
+
+
+def promote_run_tags(promotion_decision: dict[str, Any]) -> dict[str, str]:
+    """The promote run's tags: what the gate decided, between which versions, and why."""
+    decision = promotion_decision
+    return {"promote.promoted": str(decision["promoted"]).lower(),
+            "promote.changed": str(decision["changed"]).lower(),
+            "promote.candidate": decision["candidate"],
+            "promote.reference": decision["reference"],
+            "promote.reasons": "; ".join(decision["reasons"])}

@@ -1,61 +1,48 @@
-"""Nodes of the preflight and train pipelines: the engine named by ``train.engine`` checks,
+"""Nodes of the train pipeline: the engine named by ``train.engine`` checks,
 trains and exports through one interface (:class:`rl_pipeline.engines.base.Engine`)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import pandas as pd
-import torch
 from matplotlib.figure import Figure
 
-from rl_pipeline.engines.base import TrainSetup, reward_curve
-from rl_pipeline.engines.lookup import choose_engine, get_engine
-from rl_pipeline.engines.run_identity import (
-    CheckpointRoot,
-    RunIdentity,
-    claim,
-    previous_run_id,
-    prune,
-    run_identity,
+from rl_pipeline.engines.base import reward_curve
+from rl_pipeline.engines.lookup import get_engine
+from rl_pipeline.engines.preflight import (
+    Metrics,
+    Preflight,
+    checkpoint_root,
+    engine_tags,
+    identified_setup,
+    run_preflight,
 )
+from rl_pipeline.engines.run_identity import CheckpointRoot, claim, previous_run_id, prune
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
 
 logger = logging.getLogger(__name__)
-Metrics = dict[str, dict[str, float]]
 
 
-def check_training_setup(train_prompts_file: str, val_prompts_file: str, base_model: str,
-                         train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                         data: DataParams, reward: RewardParams,
-                         ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
-    """Check the training configuration without training (any machine).
+def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model: str,
+                     train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                     data: DataParams, reward: RewardParams) -> Preflight:
+    """The train pipeline's preflight (:func:`rl_pipeline.engines.preflight.run_preflight`):
+    and this machine must have what the engine needs (verl: the GPUs), checked first.
 
     Returns:
         The plan (engine and launch), the preflight report, the resolved engine config
         (YAML), the equivalent command line, and the resolved ``auto`` values as metrics.
     """
-    return _preflight(train_prompts_file, val_prompts_file, base_model, train_checkpoints_dir,
-                      train, data, reward, training=False)
-
-
-def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model: str,
-                     train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                     data: DataParams, reward: RewardParams,
-                     ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
-    """The train pipeline's preflight: as :func:`check_training_setup`, and this machine
-    must have what the engine needs (verl: the GPUs), checked first."""
-    return _preflight(train_prompts_file, val_prompts_file, base_model, train_checkpoints_dir,
-                      train, data, reward, training=True)
+    return run_preflight(train_prompts_file, val_prompts_file, base_model,
+                         train_checkpoints_dir, train, data, reward, training=True)
 
 
 def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
@@ -71,9 +58,9 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         The ``training_result`` folder, the run summary (with the identity and what was
         resumed), its numbers as metrics, and the reward curve.
     """
-    root = _root(train_checkpoints_dir)
+    root = checkpoint_root(train_checkpoints_dir)
     name = plan["engine"]
-    setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
+    setup, identity = identified_setup(train_prompts_file, val_prompts_file, base_model,
                                         root, train, data, reward, name)
     if identity.fingerprint != plan.get("identity"):
         raise RuntimeError(f"the inputs changed since preflight (run identity "
@@ -105,37 +92,11 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
     return str(exported), result.summary, metrics, reward_curve(result.history, engine.name)
 
 
-def _preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
-               train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-               data: DataParams, reward: RewardParams, *, training: bool,
-               ) -> tuple[dict[str, Any], dict[str, Any], str, str, Metrics]:
-    name, why = choose_engine(train.engine, torch.cuda.device_count(),
-                              train.ray_address or os.environ.get("RAY_ADDRESS") or None)
-    logger.info("Engine: %s (%s)", name, why)
-    setup, identity = _identified_setup(train_prompts_file, val_prompts_file, base_model,
-                                        _root(train_checkpoints_dir), train, data, reward,
-                                        name)
-    with judge_served(reward):  # the self-test asks a judge the project serves
-        checked = get_engine(name).preflight(setup, training=training)
-    report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
-              "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
-              **checked.report}
-    metrics = mlflow_metrics({**checked.metrics, "train_prompts": setup.train_rows})
-    plan = {**checked.plan, "identity": identity.fingerprint}
-    return plan, report, checked.config_yaml, checked.command, metrics
-
-
-def _identified_setup(train_prompts_file: str, val_prompts_file: str, base_model: str,
-                      root: CheckpointRoot, train: TrainParams, data: DataParams,
-                      reward: RewardParams, engine: str) -> tuple[TrainSetup, RunIdentity]:
-    """The setup with its checkpoints in the folder of its run identity."""
-    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model, root.path, train,
-                       data, reward)
-    identity = run_identity(setup, engine)
-    return replace(setup, checkpoints_dir=str(root.folder(identity))), identity
-
-
-def _root(train_checkpoints_dir: CheckpointRoot | str) -> CheckpointRoot:
-    if isinstance(train_checkpoints_dir, CheckpointRoot):
-        return train_checkpoints_dir
-    return CheckpointRoot(str(train_checkpoints_dir))
+def train_run_tags(preflight_report: dict[str, Any], train_summary: dict[str, Any],
+                   ) -> dict[str, str]:
+    """The train run's tags: the engine and its hardware, the run identity and what it
+    continued (``resumed_from_run``), and the run whose weights the result holds."""
+    return {**engine_tags(preflight_report),
+            **{f"train.{k}": str(train_summary.get(k)).lower() for k in (
+                "identity", "resumed", "resumed_from_step", "resumed_from_run",
+                "already_complete", "weights_run_id")}}

@@ -1,11 +1,8 @@
 from kedro.pipeline import Node, Pipeline
 
-from .nodes import prepare_training, train_model
+from rl_pipeline.pipelines.preflight.pipeline import PREFLIGHT_OUTPUTS, SETUP_INPUTS
 
-SETUP_INPUTS = ["train_prompts_file", "val_prompts_file", "base_model",
-                "train_checkpoints_dir", "params:train", "params:data", "params:reward"]
-PREFLIGHT_OUTPUTS = ["train_plan", "preflight_report", "train_config_resolved", "train_command",
-                     "preflight_metrics"]
+from .nodes import prepare_training, train_model, train_run_tags
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -21,5 +18,11 @@ def create_pipeline(**kwargs) -> Pipeline:
             inputs=["train_plan", "train_prompts", "val_prompts", *SETUP_INPUTS],
             outputs=["training_result", "train_summary", "train_metrics", "reward_curve"],
             name="train_model_node",
+        ),
+        Node(
+            func=train_run_tags,
+            inputs=["preflight_report", "train_summary"],
+            outputs="train_run_tags",
+            name="train_run_tags_node",
         ),
     ])

@@ -1,0 +1,72 @@
+"""The engine-agnostic preflight: choose the engine, give the setup its run identity, and ask
+the engine to check it. The preflight pipeline runs it alone; the train pipeline runs it
+first, with this machine's hardware checked too (Kedro-free, so that both call it)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.engines.lookup import choose_engine, get_engine
+from rl_pipeline.engines.run_identity import CheckpointRoot, RunIdentity, run_identity
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.train import TrainParams
+from rl_pipeline.rewards.judge_server import judge_served
+from rl_pipeline.tracking import mlflow_metrics
+
+logger = logging.getLogger(__name__)
+Metrics = dict[str, dict[str, float]]
+# What preflight returns: the plan (engine and launch), the report, the resolved engine
+# config (YAML), the equivalent command line, the resolved `auto` values as metrics.
+Preflight = tuple[dict[str, Any], dict[str, Any], str, str, Metrics]
+
+
+def run_preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
+                  train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                  data: DataParams, reward: RewardParams, *, training: bool) -> Preflight:
+    """Check the training configuration with the engine ``train.engine`` names (or picks);
+    ``training``: this machine must also have what the engine needs to train."""
+    name, why = choose_engine(train.engine, torch.cuda.device_count(),
+                              train.ray_address or os.environ.get("RAY_ADDRESS") or None)
+    logger.info("Engine: %s (%s)", name, why)
+    setup, identity = identified_setup(train_prompts_file, val_prompts_file, base_model,
+                                       checkpoint_root(train_checkpoints_dir), train, data,
+                                       reward, name)
+    with judge_served(reward):  # the self-test asks a judge the project serves
+        checked = get_engine(name).preflight(setup, training=training)
+    report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
+              "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
+              **checked.report}
+    metrics = mlflow_metrics({**checked.metrics, "train_prompts": setup.train_rows})
+    plan = {**checked.plan, "identity": identity.fingerprint}
+    return plan, report, checked.config_yaml, checked.command, metrics
+
+
+def engine_tags(report: dict[str, Any]) -> dict[str, str]:
+    """The run tags of a preflight ``report``: the engine, its resolved hardware and, where
+    the engine chose one, the device."""
+    return {"train.engine": report.get("engine", "unknown"),
+            **{f"train.hardware.{k}": v for k, v in (report.get("hardware") or {}).items()},
+            **({"train.device": report["device"]} if "device" in report else {})}
+
+
+def identified_setup(train_prompts_file: str, val_prompts_file: str, base_model: str,
+                     root: CheckpointRoot, train: TrainParams, data: DataParams,
+                     reward: RewardParams, engine: str) -> tuple[TrainSetup, RunIdentity]:
+    """The setup with its checkpoints in the folder of its run identity."""
+    setup = TrainSetup(train_prompts_file, val_prompts_file, base_model, root.path, train,
+                       data, reward)
+    identity = run_identity(setup, engine)
+    return replace(setup, checkpoints_dir=str(root.folder(identity))), identity
+
+
+def checkpoint_root(train_checkpoints_dir: CheckpointRoot | str) -> CheckpointRoot:
+    """The catalog's checkpoint root (a plain path where a test passes one)."""
+    if isinstance(train_checkpoints_dir, CheckpointRoot):
+        return train_checkpoints_dir
+    return CheckpointRoot(str(train_checkpoints_dir))
