@@ -4,7 +4,7 @@ verl's agreement metrics (:mod:`.rollout_check`) say *that* the rollout and the 
 disagree, not why. With ``+actor_rollout_ref.rollout.custom.hf_rollout.agreement_dir=DIR``
 in ``train.verl.overrides`` a CPU run records, per step, the batch (prompt and response
 tokens, the rollout's and the actor's log-probabilities) and every adapter the rollout
-loaded (:func:`rl_pipeline.engines.verl.cpu.save_agreement`). :func:`agreement_report`
+loaded (:func:`rl_pipeline.engines.verl.hf_rollout.save_agreement`). :func:`agreement_report`
 then scores the same tokens again with a plain transformers + peft model in float32 and in
 bfloat16, with the adapter the rollout held and with the one before it, and says which of
 them each side matches:

@@ -97,7 +97,7 @@ def train_verl(overrides: list[str], run_id: str | None,
     try:
         with watch:
             if config.trainer.device == "cpu":
-                from rl_pipeline.engines.verl.cpu_trainer import CPUTaskRunner
+                from rl_pipeline.engines.verl.cpu.trainer import CPUTaskRunner
 
                 run_ppo(config, task_runner_class=CPUTaskRunner)
             elif config.trainer.use_v1:

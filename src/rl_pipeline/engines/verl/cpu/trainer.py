@@ -1,8 +1,8 @@
 """verl's sync trainer and TaskRunner for the CPU mode (``train.verl.device: cpu``).
 
-Apart from :mod:`rl_pipeline.engines.verl.cpu` because verl's plugin hook imports that
-module inside ``import verl`` in every Ray process, and this one imports verl's trainer
-(which imports verl): the platform first, then the trainer, never the other way round.
+Not imported by the package's ``__init__``, which verl's plugin hook imports inside ``import
+verl`` in every Ray process: this one imports verl's trainer (which imports verl). The
+platform first, then the trainer, never the other way round.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import ray
 
-# The CPU platform (cpu) is imported, and registered, before verl's trainer (trainer).
-from rl_pipeline.engines.verl.cpu import CPUActorRolloutRefWorker
+# The package (the CPU platform) is imported, and registered, before verl's trainer below.
+from rl_pipeline.engines.verl.cpu.worker import CPUActorRolloutRefWorker
 from rl_pipeline.engines.verl.hf_rollout import AGREEMENT_FIELDS, custom_settings, save_agreement
 from rl_pipeline.engines.verl.trainer import PipelinePPOTrainerSync, PipelineTaskRunnerBase
 
