@@ -16,7 +16,7 @@ from rl_pipeline.data.prompts import DataError
 from rl_pipeline.engines.problems import PreflightError, Problem
 from rl_pipeline.errors import TRACEBACK_ENV, UserError, user_error, user_message
 from rl_pipeline.merge.lora import AdapterError
-from rl_pipeline.models.resolve import ModelResolutionError
+from rl_pipeline.models.locate import ModelResolutionError
 from rl_pipeline.params.base import ConfigError
 from rl_pipeline.rewards.self_test import RewardSelfTestError
 from rl_pipeline.runs.stage_lock import StageLockedError

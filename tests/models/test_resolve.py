@@ -11,7 +11,8 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_pipeline.models.resolve import METADATA_FILE, ModelResolutionError, resolve_model
+from rl_pipeline.models.locate import ModelResolutionError
+from rl_pipeline.models.resolve import METADATA_FILE, resolve_model
 from tests.conftest import SMOLLM2_GGUF
 
 

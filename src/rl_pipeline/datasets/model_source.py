@@ -6,7 +6,8 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from rl_pipeline.models.resolve import RESOLVED_DIR, ModelResolutionError, resolve_model
+from rl_pipeline.models.locate import ModelResolutionError
+from rl_pipeline.models.resolve import RESOLVED_DIR, resolve_model
 
 
 class ModelSourceDataset(AbstractDataset[None, str]):
