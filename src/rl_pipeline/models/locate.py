@@ -1,7 +1,8 @@
 """Locating a model: where a model input's weights and tokenizer are, and which rule found them.
 
 The specs' model inputs are "the output folder of a model import component". Four layouts
-are seen in practice (notes/peers.md §6.4), besides plain Hugging Face folders, GGUF files
+are seen in practice (a Hugging Face folder, a model selector's subfolder, an MLflow
+transformers model, an import component's metadata pointing at a folder), besides GGUF files
 and hub ids. :func:`locate_model` finds the weights and tokenizer in any of them (a hub id
 is downloaded, or read from the local cache); it reads and writes nothing else.
 """
