@@ -271,7 +271,7 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
     prompts, the model, and the groups as Kedro would hand them (typed, validated)."""
     from kedro.io import DataCatalog, MemoryDataset
 
-    from rl_pipeline.params import DataParams, RewardParams
+    from rl_pipeline.params import DataParams, RewardParams, resolve_followers
     from rl_pipeline.params.train import TrainParams
     from tests.catalogs import KeptDataset
 
@@ -288,9 +288,12 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
         "train_checkpoints_dir": MemoryDataset(str(folder / "models" / "train_checkpoints")),
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
-    catalog["params:train"] = TrainParams.model_validate(train)
-    catalog["params:data"] = DataParams.model_validate(data or {})
-    catalog["params:reward"] = RewardParams()
+    # ... with their followers resolved, as WholeConfigurationHook hands them.
+    groups = resolve_followers({"train": TrainParams.model_validate(train),
+                                "data": DataParams.model_validate(data or {}),
+                                "reward": RewardParams()})
+    for name, group in groups.items():
+        catalog[f"params:{name}"] = group
     return catalog
 
 

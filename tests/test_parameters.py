@@ -16,6 +16,7 @@ from rl_pipeline.params import (
     RewardParams,
     cross_group_problems,
     disagreeing_followers,
+    resolve_followers,
 )
 from rl_pipeline.params import PARAMETER_GROUPS as GROUPS
 from tests.conftest import PROJECT_ROOT
@@ -96,6 +97,8 @@ def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None
         assert disagreeing_followers(validated) == []
         if follower.name.split(".")[0] == follower.owner.split(".")[0]:
             assert _get(validated, follower.name) == owner_value
+        # Across groups, once the run resolves them (rl_pipeline.hooks), before any node.
+        assert _get(resolve_followers(validated), follower.name) == owner_value
     # Another value: refused, naming both.
     other = _other_value(follower.owner, avoid=owner_value)
     raw = groups(other, owner_value)
@@ -105,6 +108,8 @@ def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None
         message = str(exc)
     else:
         message = "\n".join(disagreeing_followers(validated))
+        with pytest.raises(ConfigError, match=f"{follower.name}="):
+            resolve_followers(validated)
     assert f"{follower.name}={other!r}" in message and follower.owner in message, message
 
 

@@ -274,6 +274,9 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     # Typed groups are logged field by field (defaults included), not as one long string.
     assert "train" not in train.data.params and "train" not in train.data.tags
     assert train.data.params["train.trl.beta"] == "0.0"
+    # Followers reach the nodes resolved, once, from their owners (SHORT's response cap).
+    assert train.data.params["train.trl.max_completion_length"] == "24"
+    assert evaluation.data.params["eval.max_new_tokens"] == "24"
     assert train.data.params["reward.custom_reward_function.name"] == "compute_score"
     assert prep.data.params["data_prep.data_source"] == "rl_pipeline/arithmetic"
     steps = client.get_metric_history(train.info.run_id, "train/reward")

@@ -18,7 +18,13 @@ from kedro_mlflow.framework.hooks import MlflowHook
 from pydantic import BaseModel
 
 from rl_pipeline.model_registry.names import tag_value
-from rl_pipeline.params import PARAMETER_GROUPS, ConfigError, cross_group_problems
+from rl_pipeline.params import (
+    PARAMETER_GROUPS,
+    ConfigError,
+    ParamGroup,
+    cross_group_problems,
+    resolve_followers,
+)
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
 from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
@@ -37,8 +43,12 @@ class WholeConfigurationHook:
     (``cli.py``). This makes a typo in the train group, ``eval.max_new_tokens`` set against
     ``data.data_max_response_length`` (:data:`rl_pipeline.params.FOLLOWERS`), or another rule
     over two groups (:func:`rl_pipeline.params.cross_group_problems`) fail any run at once,
-    not an hour later when that stage starts.
+    not an hour later when that stage starts. Then it resolves the followers once
+    (:func:`rl_pipeline.params.resolve_followers`): nodes read a follower's own field.
     """
+
+    def __init__(self) -> None:
+        self._resolved: dict[str, ParamGroup] = {}
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
@@ -56,6 +66,16 @@ class WholeConfigurationHook:
             problems = [f"  - {p}" for p in cross_group_problems(groups)]
         if problems:
             raise ConfigError("\n".join(problems))
+        self._resolved = resolve_followers(groups)
+
+    @hook_impl
+    def after_catalog_created(self, catalog: Any) -> None:
+        """Hand the nodes their groups with every follower resolved (``eval.max_new_tokens``
+        holds the response cap), in place of the groups Kedro instantiated."""
+        for name, group in self._resolved.items():
+            key = f"params:{name}"
+            if key in catalog and isinstance(catalog.load(key), ParamGroup):
+                catalog[key] = group
 
 
 _RUNTIME_PARAM = re.compile(r"\$\{runtime_params:\s*([^,}\s]+)")

@@ -11,12 +11,12 @@ from omegaconf import OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from rl_pipeline.data.lengths import scan_lengths
-from rl_pipeline.engines.trl.config import grpo_values, with_owners
+from rl_pipeline.engines.trl.config import grpo_values
 from rl_pipeline.engines.verl.config import compose_verl_config, hydra_overrides, spec_values
 from rl_pipeline.evaluation.generate import sampling_settings
 from rl_pipeline.model_card import card_facts, render_card
 from rl_pipeline.models.tokenizer import load_tokenizer
-from rl_pipeline.params import ConfigError, DataParams, EvalParams
+from rl_pipeline.params import ConfigError, DataParams, EvalParams, TrainParams, resolve_followers
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.params.verl import VerlParams
 from rl_pipeline.testing import CHATML_TEMPLATE
@@ -83,10 +83,12 @@ def test_verl_trl_and_eval_get_the_same_arguments() -> None:
     data = DataParams(data_apply_chat_template_kwargs=NO_THINKING)
     config = compose_verl_config(hydra_overrides(spec_values(VerlParams(), data)))
     assert OmegaConf.to_container(config.data.apply_chat_template_kwargs) == NO_THINKING
-    assert grpo_values(with_owners(TrlParams(), data))["chat_template_kwargs"] == NO_THINKING
-    assert sampling_settings(EvalParams(), data).chat_template_kwargs == NO_THINKING
+    groups = resolve_followers({"train": TrainParams(), "eval": EvalParams(), "data": data})
+    assert grpo_values(groups["train"].trl)["chat_template_kwargs"] == NO_THINKING
+    assert sampling_settings(groups["eval"], data).chat_template_kwargs == NO_THINKING
     with pytest.raises(ConfigError, match="train.trl.chat_template_kwargs"):
-        with_owners(TrlParams(chat_template_kwargs={"enable_thinking": True}), data)
+        resolve_followers({"train": TrainParams(trl=TrlParams(
+            chat_template_kwargs={"enable_thinking": True})), "data": data})
 
 
 def test_the_merged_models_card_says_which_arguments_it_was_trained_with() -> None:

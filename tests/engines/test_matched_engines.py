@@ -10,14 +10,14 @@ import pytest
 from kedro.config import OmegaConfigLoader
 from omegaconf import OmegaConf
 
-from rl_pipeline.engines.trl.config import grpo_config, lora_config, with_owners
+from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.verl.config import (
     compose_verl_config,
     cpu_overrides,
     hydra_overrides,
     spec_values,
 )
-from rl_pipeline.params import DataParams
+from rl_pipeline.params import DataParams, resolve_followers
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.settings import CONFIG_LOADER_ARGS
 from tests.conftest import PROJECT_ROOT
@@ -30,7 +30,7 @@ def engines(tmp_path_factory) -> tuple:
     train = TrainParams.model_validate(OmegaConf.to_container(OmegaConf.create(
         params["train"])))
     data = DataParams.model_validate(dict(params["data"]))
-    trl = with_owners(train.trl, data)
+    trl = resolve_followers({"train": train, "data": data})["train"].trl
     grpo = grpo_config(trl, str(tmp_path_factory.mktemp("trl")), use_cpu=True)
     verl = compose_verl_config(hydra_overrides(spec_values(train.verl, data),
                                                cpu_overrides(1, train.verl.rollout_dtype)))

@@ -9,14 +9,16 @@ import pytest
 from rl_pipeline.evaluation.generate import Generation
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE, decide
-from rl_pipeline.params import DataParams, EvalParams, RewardParams
+from rl_pipeline.params import DataParams, EvalParams, RewardParams, resolve_followers
 from rl_pipeline.pipelines.eval.nodes import summarize_eval
 from tests.conftest import gsm8k_prompts
 
 PROMPTS = gsm8k_prompts(40)
 TRUTHS = [row["ground_truth"] for row in PROMPTS["reward_model"]]
 REWARD = RewardParams(custom_reward_function={"name": "gsm8k_format_credit"})
-GREEDY = EvalParams(backend="hf", greedy=True, bootstrap_resamples=2000)
+# As a run hands it to eval's nodes: its followers resolved from data and reward.
+GREEDY = resolve_followers({"eval": EvalParams(backend="hf", greedy=True, bootstrap_resamples=2000),
+                            "data": DataParams(), "reward": RewardParams()})["eval"]
 CAP = 96
 
 

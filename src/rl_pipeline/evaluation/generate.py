@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from rl_pipeline.params import DataParams, EvalParams, follow
+from rl_pipeline.params import DataParams, EvalParams
 
 logger = logging.getLogger(__name__)
 
@@ -322,10 +322,10 @@ def _torch_dtype(name: str, device: str) -> torch.dtype:
 
 
 def sampling_settings(params: EvalParams, shared: DataParams) -> SamplingSettings:
-    """How eval decodes, from the ``eval`` group (its response cap follows ``data``)."""
+    """How eval decodes, from the ``eval`` group (its response cap, a follower of ``data``'s,
+    resolved) and ``data``'s chat-template arguments."""
     return SamplingSettings(
-        max_new_tokens=follow("eval.max_new_tokens", params.max_new_tokens,
-                              shared.data_max_response_length),
+        max_new_tokens=params.max_new_tokens,
         n_samples=params.n_samples, greedy=params.greedy,
         temperature=params.rollout_val_temperature, top_p=params.rollout_val_top_p,
         top_k=params.rollout_val_top_k, seed=params.seed,

@@ -13,7 +13,7 @@ from rl_pipeline.evaluation.examples import examples_markdown
 from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
 from rl_pipeline.evaluation.metrics import usable_k
 from rl_pipeline.evaluation.verdict import RULE
-from rl_pipeline.params import DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 
 matplotlib.use("Agg")  # headless: schedulers and CI have no display
@@ -272,7 +272,7 @@ def report_settings(params: EvalParams, shared: DataParams, reward: RewardParams
         "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
         "group's function, as in training, by data_source), mean@n over samples; a sample "
         "is correct for pass@k and maj@k when its reward is at least "
-        f"{follow('eval.correct_reward', params.correct_reward, reward.correct_score)}",
+        f"{params.correct_reward}",
         "pass@k, maj@k": f"k = {ks}",
         "strict, flexible": "lm-evaluation-harness gsm8k (strict-match: the number after the "
         "first '#### '; flexible-extract: the last number), on the GSM8K-style data sources "

@@ -20,6 +20,7 @@ from rl_pipeline.params.base import (
     cross_group_problems,
     disagreeing_followers,
     follow,
+    resolve_followers,
 )
 from rl_pipeline.params.data import DataParams, DataPrepParams, FewShotExample
 from rl_pipeline.params.eval import EvalParams
@@ -37,4 +38,4 @@ __all__ = ["FOLLOWERS", "PARAMETER_GROUPS", "ConfigError", "CustomRewardFunction
            "DataPrepParams", "EvalParams", "FewShotExample", "Follower", "MergeParams",
            "ParamGroup", "PromoteParams", "RegistryParams", "RewardParams", "RewardTerm",
            "TrainParams",
-           "cross_group_problems", "disagreeing_followers", "follow"]
+           "cross_group_problems", "disagreeing_followers", "follow", "resolve_followers"]

@@ -82,6 +82,39 @@ def disagreeing_followers(groups: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def resolve_followers(groups: Mapping[str, Any]) -> dict[str, Any]:
+    """``groups`` (validated groups by name) with every follower whose owner's group is there
+    set to its owner's value. Done once, before any node runs
+    (:class:`rl_pipeline.hooks.WholeConfigurationHook`), so that code reads a follower's own
+    field and no node takes another group only to resolve one.
+
+    Raises:
+        ConfigError: A follower set to another value than its owner (every one named).
+    """
+    resolved, problems = dict(groups), []
+    for f in FOLLOWERS:
+        value, owner_value = _lookup(resolved, f.name), _lookup(resolved, f.owner)
+        if value is _ABSENT or owner_value is _ABSENT:
+            continue  # a group this configuration does not have
+        try:
+            value = follow(f.name, value, owner_value)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        group, *path = f.name.split(".")
+        resolved[group] = _with_value(resolved[group], path, value)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return resolved
+
+
+def _with_value(model: BaseModel, path: list[str], value: Any) -> BaseModel:
+    """A copy of the frozen ``model`` with ``value`` at ``path`` (nested groups copied)."""
+    head, *rest = path
+    return model.model_copy(update={
+        head: _with_value(getattr(model, head), rest, value) if rest else value})
+
+
 def cross_group_problems(groups: Mapping[str, Any]) -> list[str]:
     """Every rule over two groups that a group alone cannot check: the followers
     (:func:`disagreeing_followers`), the overlong buffer inside the response cap, and no

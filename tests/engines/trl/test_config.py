@@ -14,9 +14,14 @@ from rl_pipeline.engines.trl.config import (
     grpo_config,
     grpo_values,
     lora_config,
-    with_owners,
 )
-from rl_pipeline.params import FOLLOWERS, ConfigError, DataParams, DataPrepParams
+from rl_pipeline.params import (
+    FOLLOWERS,
+    ConfigError,
+    DataParams,
+    DataPrepParams,
+    resolve_followers,
+)
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.params.trl import TrlParams
 from tests.engines.spec_facts import same_default, spec_defaults
@@ -89,7 +94,7 @@ def test_every_mapped_value_arrives_in_grpo_config(values, tmp_path) -> None:
               "data_apply_chat_template_kwargs": values.get("chat_template_kwargs", {})}
     memory = {"rollout_gpu_memory_utilization": values.get("vllm_gpu_memory_utilization", 0.6)}
     train = TrainParams.model_validate({"trl": values, "verl": memory})
-    params = with_owners(train.trl, DataParams(**owners))
+    params = resolve_followers({"train": train, "data": DataParams(**owners)})["train"].trl
     config = grpo_config(params, str(tmp_path), use_cpu=True)
     for m in MAPPING:
         want = False if m.spec in CPU_OFF else getattr(params, m.spec)

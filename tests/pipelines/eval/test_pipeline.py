@@ -20,6 +20,7 @@ from rl_pipeline.params import (
     PromoteParams,
     RegistryParams,
     RewardParams,
+    resolve_followers,
 )
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
@@ -54,10 +55,13 @@ def _run(base: Path, merged: Path | None, data_params: dict,
         "eval_metrics": KeptDataset(),  # record_eval reads it too: kept for the test
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
-    catalog["params:eval"] = EvalParams.model_validate(EVAL)
-    catalog["params:data"] = DataParams.model_validate(data_params)
-    catalog["params:reward"] = RewardParams.model_validate(REWARD)
-    catalog["params:train"] = TrainParams()
+    # ... with their followers resolved, as WholeConfigurationHook hands them.
+    groups = resolve_followers({"eval": EvalParams.model_validate(EVAL),
+                                "data": DataParams.model_validate(data_params),
+                                "reward": RewardParams.model_validate(REWARD),
+                                "train": TrainParams()})
+    for name, group in groups.items():
+        catalog[f"params:{name}"] = group
     catalog["params:registry"] = RegistryParams(model_name=None)  # eval alone, no registry
     catalog["params:promote"] = PromoteParams()
     outputs = SequentialRunner().run(create_pipeline(), catalog)

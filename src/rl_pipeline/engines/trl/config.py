@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rl_pipeline.params import FOLLOWERS, DataParams, follow
+from rl_pipeline.params import FOLLOWERS
 from rl_pipeline.params.trl import TrlParams
 
 if TYPE_CHECKING:  # trl and peft are heavy imports: load them only when a config is built
@@ -76,25 +76,12 @@ NOT_GRPO_KEYS: dict[str, str] = {
 }
 
 
-def with_owners(params: TrlParams, data: DataParams) -> TrlParams:
-    """``train.trl`` with its followers set from the shared ``data`` group: the length caps
-    and the chat template's keyword arguments."""
-    return params.model_copy(update={
-        "max_prompt_length": follow("train.trl.max_prompt_length", params.max_prompt_length,
-                                    data.data_max_prompt_length),
-        "max_completion_length": follow("train.trl.max_completion_length",
-                                        params.max_completion_length,
-                                        data.data_max_response_length),
-        "chat_template_kwargs": follow("train.trl.chat_template_kwargs",
-                                       params.chat_template_kwargs,
-                                       data.data_apply_chat_template_kwargs)})
-
-
 def grpo_values(params: TrlParams) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments that :data:`MAPPING` gives for ``params``.
 
-    A follower not yet resolved (null: ``train.trl`` validated without its owners) is left
-    out, so TRL's own default applies; the engine resolves them first.
+    A follower not yet resolved (null: ``train.trl`` validated without its owners, outside a
+    Kedro run) is left out, so TRL's own default applies; a run resolves them before any node
+    (:func:`rl_pipeline.params.resolve_followers`).
     """
     values = {m.field: getattr(params, m.spec) for m in MAPPING}
     return {k: v for k, v in values.items() if v is not None or k not in _FOLLOWER_FIELDS}

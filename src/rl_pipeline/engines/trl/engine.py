@@ -17,7 +17,6 @@ from typing import Any
 import pandas as pd
 
 from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
-from rl_pipeline.engines.trl.config import with_owners
 from rl_pipeline.engines.trl.export import export_result
 from rl_pipeline.engines.trl.preflight import plan_trl
 from rl_pipeline.engines.trl.train import train_trl
@@ -29,7 +28,7 @@ class TrlEngine(Engine):
     name = "trl"
 
     def preflight(self, setup: TrainSetup, *, training: bool) -> Preflight:
-        params = with_owners(setup.train.trl, setup.data)
+        params = setup.train.trl
         report, config_yaml = plan_trl(params, setup.reward, setup.train_prompts_file,
                                        setup.base_model, setup.checkpoints_dir,
                                        setup.train_rows)
@@ -40,7 +39,7 @@ class TrlEngine(Engine):
 
     def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
-        run = train_trl(with_owners(setup.train.trl, setup.data), setup.reward, train_prompts,
+        run = train_trl(setup.train.trl, setup.reward, train_prompts,
                         val_prompts, setup.base_model, setup.checkpoints_dir,
                         resume=setup.train.resume,
                         rollouts_per_step=setup.train.rollouts_logged_per_step)

@@ -32,7 +32,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     whose newest checkpoint is its last step is complete and trains no further.
 
     Args:
-        params: ``train.trl``, its followers resolved (:func:`with_owners`).
+        params: ``train.trl``, its followers resolved
+            (:func:`rl_pipeline.params.resolve_followers`).
         reward: The ``reward`` group.
         train_prompts: ``train_prompts`` (verl's schema).
         val_prompts: ``val_prompts``, used when ``do_eval``.

@@ -31,7 +31,7 @@ from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import MANIFEST, check_manifest
-from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams, follow
+from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
@@ -112,7 +112,7 @@ def summarize_eval(
     params = eval_params
     frames = {label: frame for label, frame in (("base", base), ("trained", trained))
               if not frame.empty}
-    correct = follow("eval.correct_reward", params.correct_reward, reward.correct_score)
+    correct = params.correct_reward
     per_prompt = {label: per_prompt_scores(frame, params.pass_k, correct)
                   for label, frame in frames.items()}
     metrics = {label: model_metrics(frame, params.pass_k, correct,
@@ -236,13 +236,11 @@ def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalPa
               data: DataParams, reward: RewardParams, train: TrainParams) -> pd.DataFrame:
     check_eval_machine(params.backend, train.ray_address or os.environ.get("RAY_ADDRESS"))
     scorer = eval_reward(reward)
-    memory = follow("eval.vllm_gpu_memory_utilization", params.vllm_gpu_memory_utilization,
-                    train.verl.rollout_gpu_memory_utilization)
     sampling = sampling_settings(params, data)
     run = generate(
         model_path, [list(p) for p in prompts["prompt"]], sampling,
         backend=params.backend, batch_size=params.batch_size, dtype=params.dtype,
-        vllm_gpu_memory_utilization=memory, label=label)
+        vllm_gpu_memory_utilization=params.vllm_gpu_memory_utilization, label=label)
     logger.info("%s: generated in process %d, peak %s memory %.0f MiB", label, run.pid,
                 run.device, run.peak_memory_mib)
     with judge_served(reward):  # after generating: the judge never shares the GPU with it

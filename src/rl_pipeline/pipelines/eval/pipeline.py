@@ -10,7 +10,8 @@ from .nodes import (
     summarize_eval,
 )
 
-# params:train: eval.vllm_gpu_memory_utilization follows the rollout's (config.FOLLOWERS).
+# params:train: eval refuses a silent CPU fallback where training ran on a Ray cluster
+# (train.ray_address, check_eval_machine).
 _SETTINGS = ["params:eval", "params:data", "params:reward", "params:train"]
 
 
