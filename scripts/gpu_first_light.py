@@ -407,8 +407,7 @@ def verl_run(device: str, work: Path, model: Path, name: str, prompts: int,
                      min_probs_pearson=verl.rollout_min_probs_pearson)
     seconds = time.perf_counter() - began
     adapter = export_result(root / "checkpoints", root / "scratch", run.summary)
-    merged = make_standalone_model(str(adapter), str(model),
-                                   MergeParams(scratch_dir=str(root / "scratch")))
+    merged = make_standalone_model(str(adapter), str(model), MergeParams(), root / "scratch")
     metrics = {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
                                              key=lambda m: m.step)]
                for key in ("critic/score/mean", "timing_s/step", "timing_s/gen",

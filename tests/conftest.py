@@ -286,6 +286,7 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
         "train_prompts": MemoryDataset(train_frame), "val_prompts": MemoryDataset(val_frame),
         "base_model": MemoryDataset(str(model)),
         "train_checkpoints_dir": MemoryDataset(str(folder / "models" / "train_checkpoints")),
+        "model_work_dir": MemoryDataset(str(folder / "models")),
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
     # ... with their followers resolved, as WholeConfigurationHook hands them.

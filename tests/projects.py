@@ -32,9 +32,9 @@ def make_project(root: Path) -> Path:
     shutil.copytree(PROJECT_ROOT / "conf", project / "conf",
                     ignore=shutil.ignore_patterns("local"))
     # Share the session's resolved-model cache, so SmolLM2's GGUF is converted once.
-    for catalog in project.glob("conf/*/catalog.yml"):
-        catalog.write_text(catalog.read_text().replace("resolved_dir: data/06_models/resolved",
-                                                       f"resolved_dir: {resolved_cache_dir()}"))
+    folders = project / "conf/base/globals.yml"
+    folders.write_text(folders.read_text().replace("resolved_models: data/06_models/resolved",
+                                                   f"resolved_models: {resolved_cache_dir()}"))
     (project / "conf/local").mkdir()
     shutil.copytree(PROJECT_ROOT / "scripts", project / "scripts")
     (project / "src").mkdir()  # the package itself is installed in the environment

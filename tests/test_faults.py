@@ -100,7 +100,7 @@ def test_merge_killed_mid_save_never_leaves_a_model_that_loads(trained, monkeypa
     assert _load(project, monkeypatch, "merged_model") is None  # nothing half-made loads
     written = Path(where.split(" ", 2)[2])  # "<pid> <event> <path>"
     (work_dir,) = [p for p in written.parents if p.name.startswith(".merge-")]
-    assert work_dir.is_dir()
+    assert work_dir.is_dir() and work_dir.parent == project / "data/06_models"  # model_work_dir
     # Killed with the model complete, just before it is renamed into its version folder.
     _kill_at(project, "merge", params, "rename:*/merged_model/*/merged_model")
     assert _load(project, monkeypatch, "merged_model") is None

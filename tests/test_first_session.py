@@ -62,7 +62,8 @@ def test_the_first_session_runs_as_written_through_preflight(tmp_path, tiny_mode
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((project / "data/08_reporting/preflight_report.json").read_text())
     assert report["engine"] == "verl" and report["training"] is False
-    assert report["hardware"] == {"gpus_per_node": 1, "nnodes": 1, "tensor_parallel": 1}
+    assert report["hardware"] == {"gpus_per_node": 1, "nnodes": 1, "tensor_parallel": 1,
+                                  "device": "cuda"}
     # The smoke run is small: a few steps, one small validation, one checkpoint kept.
     plan = report["host"]["plan"]
     assert plan["steps"] == 4 and plan["validations"] == 1

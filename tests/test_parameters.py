@@ -19,6 +19,7 @@ from rl_pipeline.params import (
     resolve_followers,
 )
 from rl_pipeline.params import PARAMETER_GROUPS as GROUPS
+from rl_pipeline.params.verl import VerlParams
 from tests.conftest import PROJECT_ROOT
 from tests.projects import kedro_run, make_project
 
@@ -111,6 +112,14 @@ def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None
         with pytest.raises(ConfigError, match=f"{follower.name}="):
             resolve_followers(validated)
     assert f"{follower.name}={other!r}" in message and follower.owner in message, message
+
+
+def test_the_rollout_engine_follows_the_device() -> None:
+    cpu = VerlParams.model_validate({"device": "cpu"})
+    assert (cpu.ENGINE, cpu.rollout_name) == ("hf", "hf")  # and rollout_name follows ENGINE
+    assert VerlParams.model_validate({}).ENGINE == "vllm"  # the spec's default on GPUs
+    # Set by hand it is kept, for the preflight to refuse by name (check_cpu).
+    assert VerlParams.model_validate({"device": "cpu", "ENGINE": "vllm"}).ENGINE == "vllm"
 
 
 @pytest.mark.slow

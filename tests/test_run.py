@@ -108,7 +108,8 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
     reporting = default_run / "data/08_reporting"
     report = json.loads((reporting / "preflight_report.json").read_text())
     assert report["engine"] == "verl" and report["training"] is False
-    assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2}
+    assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2,
+                                  "device": "cuda"}
     assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0  # the reward self-test
     # verl's rollout server built the `vllm serve` command and vLLM's parser took all of it.
     assert report["vllm_args"]["unrecognized"] == [] and report["vllm_args"]["vllm"] == "0.24.0"

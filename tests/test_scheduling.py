@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
                                                                   tiny_model_dir) -> None:
     project = make_project(tmp_path)
+    # The locks' folder moved by an environment's globals.yml (one key; the others stay).
+    (project / "conf/cpu/globals.yml").write_text("folders:\n  locks: data/stage-locks\n")
     model = f"base_model={tiny_model_dir}"
     assert kedro_run(project, "--pipelines", "data_prep", "--params", model).returncode == 0
     params = ["--params", f"{model},eval.max_prompts=2,data.data_max_response_length=4"]
@@ -48,9 +50,10 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
     _, runs = mlflow_runs(project)
     assert [(r.info.run_name, r.info.status) for r in runs] == [
         ("data_prep", "FINISHED"), ("eval", "FINISHED"), ("eval", "FINISHED")]
-    assert not (project / "data/.locks/train.lock").exists()  # no other stage was locked
+    assert not (project / "data/.locks").exists()
+    assert not (project / "data/stage-locks/train.lock").exists()  # no other stage was locked
     # Released when the scheduled run ended: the next one would take it at once.
-    with open(project / "data/.locks/eval.lock") as lock:
+    with open(project / "data/stage-locks/eval.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if held
 
 

@@ -131,7 +131,7 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("params", "message", "detail"), [
-    ("data_prep.val_fraction=7", "Parameter validation failed:",
+    ("data_prep.val_fraction=7", "1 invalid parameter(s) in 'data_prep':",
      "data_prep.val_fraction=7: Input should be less than 1"),
     ("dataset_train_split=bad.jsonl", "1 bad record(s) in ", "bad.jsonl, line 3: malformed JSON"),
     ("dataset_train_split=missing.jsonl", "raw_train: input file not found: ",

@@ -74,8 +74,10 @@ class WholeConfigurationHook:
         holds the response cap), in place of the groups Kedro instantiated."""
         for name, group in self._resolved.items():
             key = f"params:{name}"
-            if key in catalog and isinstance(catalog.load(key), ParamGroup):
-                catalog[key] = group
+            # The dataset's own load and save: the catalog's would log each group.
+            given = catalog[key].load() if key in catalog else None
+            if isinstance(given, ParamGroup) and given != group:
+                catalog[key].save(group)
 
 
 _RUNTIME_PARAM = re.compile(r"\$\{runtime_params:\s*([^,}\s]+)")
@@ -166,11 +168,28 @@ EXECUTION_ID_ENV = "RL_PIPELINE_EXECUTION_ID"
 COMMAND_ENV = "RL_PIPELINE_COMMAND"
 
 
+def project_folders(context: KedroContext) -> dict[str, Path]:
+    """The folders of ``folders`` in conf/*/globals.yml (stated there once, for the catalog
+    and the hooks), absolute under the project folder."""
+    try:
+        folders = context.config_loader["globals"]["folders"]
+    except KeyError:
+        raise ConfigError("conf/base/globals.yml: no 'folders' mapping (data, locks, "
+                          "resolved_models); the project's hooks and catalog read them") from None
+    return {name: Path(context.project_path) / value for name, value in folders.items()}
+
+
 class StageLockHook:
-    """Take the lock of each stage a run covers (see :mod:`rl_pipeline.runs.stage_lock`)."""
+    """Take the lock of each stage a run covers (see :mod:`rl_pipeline.runs.stage_lock`), in
+    ``folders.locks`` (globals.yml)."""
 
     def __init__(self) -> None:
         self._locks: StageLocks | None = None
+        self._folder: Path | None = None
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        self._folder = project_folders(context)["locks"]
 
     @hook_impl(tryfirst=True)  # before kedro-mlflow starts a run: a refused run leaves none
     def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
@@ -178,7 +197,7 @@ class StageLockHook:
 
         names = run_params.get("pipeline_names") or ["__default__"]
         stages = [s for s in STAGES if s in names or "__default__" in names]
-        self._locks = StageLocks(Path(run_params["project_path"]) / "data" / ".locks")
+        self._locks = StageLocks(self._folder)
         self._locks.acquire(stages, scheduled=is_scheduled())
 
     @hook_impl
@@ -196,21 +215,22 @@ class StageLockHook:
 
 class LeftoversHook:
     """Before a run writes anything, remove what killed runs left (:mod:`rl_pipeline.runs.debris`):
-    hidden half-written files and work folders under ``data/``, in the system's temporary
-    folder and in ``merge.scratch_dir``."""
+    hidden half-written files and work folders under ``folders.data`` (globals.yml), in the
+    system's temporary folder and in the catalog's ``model_work_dir``."""
 
     def __init__(self) -> None:
-        self._scratch: list[str] = []
+        self._data: list[Path] = []
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        merge = context.params.get("merge")
-        self._scratch = [tempfile.gettempdir(), *filter(None, [getattr(merge, "scratch_dir",
-                                                                       None)])]
+        self._data = [project_folders(context)["data"]]
 
     @hook_impl
-    def before_pipeline_run(self, run_params: dict[str, Any]) -> None:
-        sweep([Path(run_params["project_path"]) / "data"], flat=map(Path, self._scratch))
+    def before_pipeline_run(self, catalog: Any) -> None:
+        flat = [Path(tempfile.gettempdir())]
+        if "model_work_dir" in catalog:  # a folder outside data/ is swept too
+            flat.append(Path(catalog["model_work_dir"].load()))
+        sweep(self._data, flat=flat)
 
 
 class LineageHook:

@@ -21,6 +21,7 @@ CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
-    # Environments (conf/cpu, conf/local) override single keys of a group, not whole groups.
-    "merge_strategy": {"parameters": "soft"},
+    # Environments (conf/cpu, conf/local) override single keys of a group, not whole groups
+    # (one folder of globals.yml's, say).
+    "merge_strategy": {"parameters": "soft", "globals": "soft"},
 }

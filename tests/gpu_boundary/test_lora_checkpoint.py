@@ -163,9 +163,8 @@ def test_verl_lora_checkpoint_exports_and_merges_to_base_plus_adapter(
     result = json.loads((record / "training_result.json").read_text())
     assert (result["kind"], result["source"]) == ("peft_adapter", str(actor))
 
-    path, metadata, _ = merge_model(str(record), str(tiny_model_dir),
-                                    MergeParams(scratch_dir=str(tmp_path / "scratch")),
-                                    RegistryParams())
+    path, metadata, _ = merge_model(str(record), str(tiny_model_dir), str(tmp_path / "scratch"),
+                                    MergeParams(), RegistryParams())
     assert metadata["verification"]["passed"] is True
     assert metadata["merged_modules"] == 2 * 7  # two layers, seven linear modules each
     assert metadata["lora"]["r"] == RANK and metadata["lora"]["lora_alpha"] == ALPHA

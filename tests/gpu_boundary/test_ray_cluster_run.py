@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from rl_pipeline.engines.verl.vllm_args import parser_path, vllm_source
-from tests.conftest import read_gsm8k, resolved_cache_dir, write_jsonl
+from tests.conftest import read_gsm8k, write_jsonl
 from tests.projects import kedro_command, make_project, run_env
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
@@ -93,10 +93,10 @@ def project(tmp_path_factory, tiny_model_dir) -> Path:
     """The project, conf/multinode shrunk to the test bed; data/ is the shared root."""
     root = tmp_path_factory.mktemp("cluster_run")
     project = make_project(root)
-    # make_project points every catalog at the session's model cache, outside data/.
-    catalog = project / "conf/multinode/catalog.yml"
-    catalog.write_text(catalog.read_text().replace(str(resolved_cache_dir()),
-                                                   "data/06_models/resolved"))
+    # make_project points the resolved models at the session's cache, outside data/: here
+    # they go back under data/, the shared root (one folder overridden, as a user would).
+    (project / "conf/multinode/globals.yml").write_text(
+        "folders:\n  resolved_models: data/06_models/resolved\n")
     params = project / "conf/multinode/parameters.yml"
     merged = yaml.safe_load(params.read_text())
     merged["train"]["verl"].update(TEST_BED["train"]["verl"])

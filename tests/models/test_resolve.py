@@ -12,8 +12,8 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_pipeline.models.locate import ModelResolutionError
-from rl_pipeline.models.resolve import METADATA_FILE, resolve_model
-from tests.conftest import SMOLLM2_GGUF
+from rl_pipeline.models.resolve import METADATA_FILE, RESOLVED_DIR, resolve_model
+from tests.conftest import PROJECT_ROOT, SMOLLM2_GGUF
 
 
 def _assert_loadable(folder: Path, reference: Path) -> dict:
@@ -202,3 +202,8 @@ def test_copies_instead_of_links_for_shared_storage(tiny_model_dir, tmp_path) ->
     assert files and not any(p.is_symlink() for p in files)
     assert copied.metadata["linked"] is False
     _assert_loadable(copied.path, tiny_model_dir)
+
+
+def test_a_model_resolved_outside_the_catalog_goes_where_the_catalogs_do() -> None:
+    folders = yaml.safe_load((PROJECT_ROOT / "conf/base/globals.yml").read_text())["folders"]
+    assert folders["resolved_models"] == RESOLVED_DIR

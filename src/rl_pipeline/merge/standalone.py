@@ -50,17 +50,19 @@ class MergeResult:
         return {**numbers, "merged_modules": float(self.metadata.get("merged_modules", 0))}
 
 
-def make_standalone_model(training_result: str, base_model: str,
-                          params: MergeParams) -> MergeResult:
+def make_standalone_model(training_result: str, base_model: str, params: MergeParams,
+                          work_root: str | Path | None = None) -> MergeResult:
     """Make a standalone model from the training result, verify it, and describe it.
 
     Args:
         training_result: The train stage's result folder, with its record.
         base_model: The resolved base model folder.
         params: The ``merge`` parameters.
+        work_root: Where to build the folder (the catalog's ``model_work_dir``, beside its
+            final place); None: the system's temporary folder.
 
     Returns:
-        The merged model, in a hidden work folder (in ``params.scratch_dir``), with its
+        The merged model, in a hidden work folder (in ``work_root``), with its
         metadata and a SHA256SUMS manifest of its files.
 
     Raises:
@@ -70,9 +72,9 @@ def make_standalone_model(training_result: str, base_model: str,
     """
     result = TrainingResult.read(training_result)
     # Hidden, so a crash leaves nothing that looks like a model; the caller moves it away.
-    if params.scratch_dir:
-        Path(params.scratch_dir).mkdir(parents=True, exist_ok=True)
-    work = work_dir("merge", params.scratch_dir)
+    if work_root is not None:
+        Path(work_root).mkdir(parents=True, exist_ok=True)
+    work = work_dir("merge", work_root)
     try:
         if result.kind == "peft_adapter":
             metadata = _merge_lora(Path(base_model), Path(training_result), work, params)

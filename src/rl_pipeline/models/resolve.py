@@ -32,7 +32,9 @@ from rl_pipeline.models.materialise import (
 )
 from rl_pipeline.runs.staging import staged
 
-# Where resolved folders live unless the catalog says otherwise (its base_model entry).
+# folders.resolved_models of conf/base/globals.yml (which the catalog's base_model reads),
+# for a model resolved outside the catalog: the judge model, from reward.judge.model. A test
+# (tests/models/test_resolve.py) holds the two equal.
 RESOLVED_DIR = "data/06_models/resolved"
 
 logger = logging.getLogger(__name__)

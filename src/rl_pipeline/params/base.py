@@ -176,6 +176,9 @@ class ParamGroup(BaseModel):
         values, problems = dict(values), []
         prefix = cls.group + "."
         for f in FOLLOWERS:
+            parent = f.name.rsplit(".", 1)[0]
+            if parent == f.owner.rsplit(".", 1)[0] != cls.group:
+                continue  # inside a nested group, which resolves it (and its own rules) itself
             if f.name.startswith(prefix) and f.owner.startswith(prefix):
                 own = _value_or_default(cls, values, f.owner.removeprefix(prefix))
                 try:

@@ -17,9 +17,6 @@ class MergeParams(ParamGroup):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Dtype of the merged weights; auto: the base model's. The merge "
         "itself computes in float32.")
-    scratch_dir: str | None = Field(
-        None, description="Where the merged folder is built before the catalog moves it into "
-        "place; on the same filesystem as data/ the move is a rename. null: system temp.")
     verify_probes: list[str] | None = Field(
         None, description="Prompts whose logits prove merged == base + adapter (null: three "
         "built-in probes).")

@@ -7,9 +7,10 @@ settings from the shared ``data`` group, so they are not repeated here.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rl_pipeline.params.base import ParamGroup
 
@@ -22,7 +23,19 @@ class VerlParams(ParamGroup):
 
     group: ClassVar[str] = "train.verl"
 
-    ENGINE: str = Field("vllm", description="Rollout engine (actor_rollout_ref.rollout.name).")
+    @model_validator(mode="before")
+    @classmethod
+    def _rollout_follows_device(cls, values: Any) -> Any:
+        # The device decides the rollout: on a CPU only the transformers rollout runs, so an
+        # ENGINE left at the spec's default (vllm) means hf there. Runs before ParamGroup's
+        # followers, so rollout_name follows the ENGINE decided here.
+        if isinstance(values, Mapping) and values.get("device") == "cpu" \
+                and "ENGINE" not in values:
+            return {**values, "ENGINE": "hf"}
+        return values
+
+    ENGINE: str = Field("vllm", description="Rollout engine (actor_rollout_ref.rollout.name). "
+                        "With device: cpu, left unset, it is hf (the transformers rollout).")
     rollout_name: str | None = Field(
         None, description="Rollout engine: follows ENGINE (the same verl key); another value "
         "is refused.")
@@ -132,10 +145,10 @@ class VerlParams(ParamGroup):
         "null: not checked.")
     device: Literal["cuda", "cpu"] = Field(
         "cuda", description="Where verl's workers run. cuda: GPUs, with the vLLM rollout. cpu: "
-        "this machine's CPU, with a transformers rollout (set ENGINE: hf): verl's own trainer, "
-        "agent loop, reward loop, FSDP2 + LoRA update, weight sync and checkpoints, for small "
-        "models and short runs (docs/gpu.md, 'verl on a CPU'); trainer_n_gpus_per_node then "
-        "counts ranks on gloo (auto: 1).")
+        "this machine's CPU, with the transformers rollout (ENGINE follows: hf): verl's own "
+        "trainer, agent loop, reward loop, FSDP2 + LoRA update, weight sync and checkpoints, "
+        "for small models and short runs (docs/gpu.md, 'verl on a CPU'); "
+        "trainer_n_gpus_per_node then counts ranks on gloo (auto: 1).")
     rollout_max_probs_diff: float | None = Field(
         0.05, gt=0, le=1, description="After training, verl's own rollout-versus-actor metric "
         "training/rollout_probs_diff_mean (mean |p_rollout - p_actor| over response tokens) "

@@ -9,8 +9,9 @@ they keep a scheduled run out, but not each other, because every run writes its 
 versions and someone at a terminal may well want two data_prep runs side by side. A run by
 hand that finds a scheduled run holding the lock goes ahead, with a warning.
 
-The locks are ``flock`` locks on ``data/.locks/<stage>.lock``, so they go with the process
-that holds them, even when it is killed: no stale lock ever needs clearing by hand.
+The locks are ``flock`` locks on ``<stage>.lock`` in ``folders.locks`` (conf/base/globals.yml:
+``data/.locks``), so they go with the process that holds them, even when it is killed: no
+stale lock ever needs clearing by hand.
 """
 
 from __future__ import annotations

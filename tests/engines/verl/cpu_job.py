@@ -19,7 +19,8 @@ from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
 # Small enough for 2 cores, big enough for GRPO: 4 prompts x 4 completions a step.
-CPU_VERL = {"device": "cpu", "ENGINE": "hf", "trainer_n_gpus_per_node": "auto",
+# ENGINE left unset: the device decides the rollout (hf).
+CPU_VERL = {"device": "cpu", "trainer_n_gpus_per_node": "auto",
             "rollout_tensor_model_parallel_size": "auto",
             "actor_fsdp_config_offload_policy": False, "data_train_batch_size": 4,
             "rollout_n": 4, "actor_ppo_mini_batch_size": 4,

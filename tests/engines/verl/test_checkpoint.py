@@ -36,9 +36,8 @@ def test_a_full_fine_tuning_checkpoint_exports_a_verified_whole_model(tiny_model
     assert not list((tmp_path / "scratch").glob(".convert-*"))
 
     # Merge takes it by its record alone: a checked copy, with the export's figures kept.
-    path, metadata, _ = merge_model(str(out), str(tiny_model_dir),
-                                    MergeParams(scratch_dir=str(tmp_path / "scratch")),
-                                    RegistryParams())
+    path, metadata, _ = merge_model(str(out), str(tiny_model_dir), str(tmp_path / "scratch"),
+                                    MergeParams(), RegistryParams())
     assert metadata["kind"] == "hf_model" and metadata["checkpoint"] == str(actor)
     assert metadata["export_checks"]["passed"] and metadata["verification"]["passed"]
     assert metadata["training_run"] == {"mlflow_run_id": "abc123"}
@@ -85,16 +84,19 @@ def test_a_folder_without_its_record_is_refused_by_merge(tiny_model_dir, tmp_pat
     from rl_pipeline.training_result import TrainingResultError
 
     with pytest.raises(TrainingResultError, match=f"{RECORD}: missing"):
-        merge_model(str(tiny_model_dir), str(tiny_model_dir), MergeParams(), RegistryParams())
+        merge_model(str(tiny_model_dir), str(tiny_model_dir), str(tmp_path), MergeParams(),
+                    RegistryParams())
     folder = tmp_path / "result"
     folder.mkdir()
     (folder / RECORD).write_text(json.dumps({"format": 1, "kind": "lora", "engine": "verl",
                                              "run": {}}))
     with pytest.raises(TrainingResultError, match="field 'kind' is 'lora'; expected one of "
                                                   "peft_adapter, hf_model"):
-        merge_model(str(folder), str(tiny_model_dir), MergeParams(), RegistryParams())
+        merge_model(str(folder), str(tiny_model_dir), str(tmp_path), MergeParams(),
+                    RegistryParams())
     (folder / RECORD).write_text(json.dumps({"format": 1, "kind": "peft_adapter",
                                              "engine": "verl", "run": {}}))
     with pytest.raises(TrainingResultError, match="kind peft_adapter, but .* has no "
                                                   "adapter_config.json"):
-        merge_model(str(folder), str(tiny_model_dir), MergeParams(), RegistryParams())
+        merge_model(str(folder), str(tiny_model_dir), str(tmp_path), MergeParams(),
+                    RegistryParams())

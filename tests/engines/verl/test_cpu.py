@@ -77,7 +77,7 @@ def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
         plan_verl(bad, DataParams(), RewardParams(), inputs, gpus_visible=0, training=True,
                   train_rows=16)
     message = str(failure.value)
-    for expected in ("train.verl.ENGINE='vllm': hf with device: cpu",
+    for expected in ("train.verl.ENGINE='vllm': hf, or unset, with device: cpu",
                      "train.verl.algorithm_adv_estimator='gae'",
                      "train.verl.actor_model_lora_rank=0: at least 1 with device: cpu",
                      "train.verl.actor_fsdp_config_offload_policy=True: false with device: cpu",
@@ -251,8 +251,8 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     tensors = load_file(adapter / "adapter_model.safetensors")
     lora_b = [t for name, t in tensors.items() if "lora_B" in name]
     assert lora_b and any(t.abs().max() > 0 for t in lora_b)  # B starts at zero: trained
-    merged = make_standalone_model(str(adapter), cpu_bed["model_path"],
-                                   MergeParams(scratch_dir=str(tmp_path / "scratch")))
+    merged = make_standalone_model(str(adapter), cpu_bed["model_path"], MergeParams(),
+                                   tmp_path / "scratch")
     assert merged.metadata["verification"]["passed"]
     from transformers import AutoModelForCausalLM
 

@@ -155,7 +155,8 @@ def test_training_without_gpus_stops_first_with_one_message(inputs) -> None:
 def test_auto_resolves_on_this_machine_and_is_reported(inputs) -> None:
     plan = _plan(inputs, {"trainer_n_gpus_per_node": "auto",
                           "rollout_tensor_model_parallel_size": "auto"})
-    assert plan.report["hardware"] == {"gpus_per_node": 1, "nnodes": 1, "tensor_parallel": 1}
+    assert plan.report["hardware"] == {"gpus_per_node": 1, "nnodes": 1, "tensor_parallel": 1,
+                                       "device": "cuda"}
     assert plan.config.trainer.n_gpus_per_node == 1
 
 

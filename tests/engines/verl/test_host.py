@@ -157,11 +157,12 @@ def test_a_ray_cluster_with_too_few_cpus_is_refused_with_the_count(inputs) -> No
                                   f"data.train_files={inputs.train_files}",
                                   f"data.val_files={inputs.val_files}"])
     cluster = {"checked": True, "cpus": 32.0, "nodes": []}
-    problems = _check_host(verl, config, on_cluster, {"cluster": cluster}, local=False,
+    problems = _check_host(verl, config, on_cluster, {"cluster": cluster}, cpu=False, local=False,
                            cluster=True)
     (problem,) = [p for p in problems if p.parameter == "ray_address"]
     assert "at least 34 CPUs on Ray for verl's placement" in problem.allowed
     assert "the cluster at ray://head:10001 has 32" in problem.allowed
     assert not [p for p in _check_host(verl, config, on_cluster,
-                                       {"cluster": {**cluster, "cpus": 34.0}}, local=False,
+                                       {"cluster": {**cluster, "cpus": 34.0}}, cpu=False,
+                                       local=False,
                                        cluster=True) if p.parameter == "ray_address"]

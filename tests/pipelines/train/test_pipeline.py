@@ -71,8 +71,7 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
     catalog["params:reward"] = RewardParams(
         custom_reward_function={"path": str(digit_reward_file), "name": "score"},
         self_test="warn")
-    catalog["params:merge"] = MergeParams(scratch_dir=str(tmp_path / "scratch"),
-                                          dtype="bfloat16")
+    catalog["params:merge"] = MergeParams(dtype="bfloat16")
     catalog["params:registry"] = RegistryParams(model_name=None)  # no registry here
     # The merge pipeline's publish node reads both: kept for the test after it has.
     catalog["merged_model"], catalog["merge_metadata"] = KeptDataset(), KeptDataset()

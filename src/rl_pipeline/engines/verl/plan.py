@@ -122,11 +122,12 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         PreflightError: Listing every problem found.
     """
     started = time.perf_counter()
-    cpu = verl.device == "cpu"
-    # The driver needs GPUs only when it is the machine that trains (no Ray cluster).
-    local = training and not inputs.ray_address and not cpu
     # Only checking: `auto` resolves as on a one-GPU machine when this one has none.
-    hardware = resolve_hardware(verl, gpus_visible if local else max(gpus_visible, 1))
+    trains_here = training and not inputs.ray_address
+    hardware = resolve_hardware(verl, gpus_visible if trains_here else max(gpus_visible, 1))
+    cpu = hardware.device == "cpu"  # decided there, once; the rest of the plan reads it
+    # The driver needs GPUs only when it is the machine that trains (no Ray cluster).
+    local = trains_here and not cpu
     if local:
         # An old driver shows as no GPUs at all: say so first, naming both versions.
         check_driver()
@@ -180,7 +181,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
     problems += _check_inputs(config, inputs, reward, target, report)
-    problems += _check_host(verl, config, inputs, report, local=local,
+    problems += _check_host(verl, config, inputs, report, cpu=cpu, local=local,
                             cluster=on_cluster(hardware, inputs.ray_address))
     if not cpu and verl.ENGINE != HF_ROLLOUT and \
             not any(p.parameter == "base_model" for p in problems):
@@ -265,12 +266,12 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
 
 
 def _check_host(verl: VerlParams, config: DictConfig, inputs: LaunchInputs,
-                report: dict[str, Any], *, local: bool, cluster: bool) -> list[Problem]:
+                report: dict[str, Any], *, cpu: bool, local: bool, cluster: bool,
+                ) -> list[Problem]:
     """The machine's arithmetic (:mod:`rl_pipeline.engines.verl.host`): the driver, Ray's
     CPUs, the disk for the kept checkpoints, one GPU's memory; each figure in the report."""
     problems: list[Problem] = []
     host: dict[str, Any] = {}
-    cpu = verl.device == "cpu"
     if not cpu and not local:
         # Only checking: a machine with an NVIDIA driver is likely the one that trains.
         host["nvidia_driver"] = version = driver_version()

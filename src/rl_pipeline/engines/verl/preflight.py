@@ -9,6 +9,7 @@ samples, and the LoRA ranks vLLM accepts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -32,11 +33,14 @@ class GPUsNeededError(ConfigError):
 
 @dataclass(frozen=True)
 class Hardware:
-    """What the run will use: GPUs per node, nodes, rollout tensor-parallel size."""
+    """What the run will use: GPUs per node (ranks on a CPU), nodes, rollout tensor-parallel
+    size, and the device: decided here once (:func:`resolve_hardware`), read by the rest of
+    the plan."""
 
     gpus_per_node: int
     nnodes: int
     tensor_parallel: int
+    device: Literal["cuda", "cpu"] = "cuda"
 
     @property
     def gpus(self) -> int:
@@ -47,12 +51,13 @@ def resolve_hardware(verl: VerlParams, gpus_visible: int) -> Hardware:
     """Resolve the ``auto`` settings: all visible GPUs (one rank on a CPU), and tensor
     parallel min(2, GPUs) (1 for the transformers rollout, which is one process)."""
     if verl.device == "cpu":
-        gpus_visible = 1
+        gpus_visible = 1  # one gloo rank unless trainer_n_gpus_per_node says more
     gpus = gpus_visible if verl.trainer_n_gpus_per_node == "auto" else verl.trainer_n_gpus_per_node
     auto_tp = 1 if verl.ENGINE == HF_ROLLOUT else min(2, max(gpus, 1))
     tp = (auto_tp if verl.rollout_tensor_model_parallel_size == "auto"
           else verl.rollout_tensor_model_parallel_size)
-    return Hardware(gpus_per_node=gpus, nnodes=verl.trainer_nnodes, tensor_parallel=tp)
+    return Hardware(gpus_per_node=gpus, nnodes=verl.trainer_nnodes, tensor_parallel=tp,
+                    device=verl.device)
 
 
 def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
@@ -76,7 +81,7 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
             value = getattr(data, parameter)
         problems.append(Problem(parameter, value, allowed))
 
-    if verl.device == "cpu":
+    if hardware.device == "cpu":
         problems += check_cpu(verl, hardware)
     elif verl.ENGINE == HF_ROLLOUT:
         problems += check_hf_rollout(verl, hardware)
@@ -171,8 +176,8 @@ def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
         problems.append(Problem(parameter, getattr(verl, parameter), allowed))
 
     if verl.ENGINE != HF_ROLLOUT:
-        fail("ENGINE", f"{HF_ROLLOUT} with device: cpu (the transformers rollout; vLLM, "
-             "SGLang and TensorRT-LLM need GPUs)")
+        fail("ENGINE", f"{HF_ROLLOUT}, or unset, with device: cpu (the transformers rollout; "
+             "vLLM, SGLang and TensorRT-LLM need GPUs)")
     if verl.algorithm_adv_estimator == "gae":
         fail("algorithm_adv_estimator", "an estimator without a critic with device: cpu "
              "(grpo, reinforce_plus_plus, rloo, ...): the critic's worker is not wired for a CPU")

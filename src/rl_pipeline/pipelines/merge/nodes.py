@@ -13,8 +13,8 @@ from rl_pipeline.params.model_registry import RegistryParams
 from rl_pipeline.tracking import lineage, mlflow_metrics
 
 
-def merge_model(training_result: str, base_model: str, merge: MergeParams,
-                registry_params: RegistryParams,
+def merge_model(training_result: str, base_model: str, model_work_dir: str,
+                merge: MergeParams, registry_params: RegistryParams,
                 ) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
     """Make a standalone model from the training result (a peft adapter or a whole model,
     as its record says), verify it, and give it its model card: all in the unpublished work
@@ -25,7 +25,7 @@ def merge_model(training_result: str, base_model: str, merge: MergeParams,
         The merged model folder (moved into ``merged_model`` by the catalog), its metadata,
         and the verification numbers as MLflow metrics.
     """
-    result = make_standalone_model(training_result, base_model, merge)
+    result = make_standalone_model(training_result, base_model, merge, model_work_dir)
     sources = lineage.training_sources(result.metadata.get("training_run") or {})
     facts = card_facts(result.metadata, registry_params.model_name or "rl_pipeline merged model",
                        registry_params.license, lineage.prompt_facts(sources))

@@ -7,7 +7,8 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline([
         Node(
             func=merge_model,
-            inputs=["training_result", "base_model", "params:merge", "params:registry"],
+            inputs=["training_result", "base_model", "model_work_dir", "params:merge",
+                    "params:registry"],
             outputs=["merged_model", "merge_metadata", "merge_metrics"],
             name="merge_model_node",
         ),

@@ -46,8 +46,8 @@ def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model:
 
 
 def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
-                train_prompts_file: str, val_prompts_file: str, base_model: str,
-                train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
+                model_work_dir: str, train_prompts_file: str, val_prompts_file: str,
+                base_model: str, train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
                 data: DataParams, reward: RewardParams,
                 ) -> tuple[str, dict[str, Any], Metrics, Figure]:
     """Train with the planned engine in the folder of this run's identity
@@ -85,7 +85,7 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         "weights_run_id": earlier if complete else run_id,
         # The model was trained on prompts made with these: its card tells its users.
         "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs)})
-    exported = engine.export(result, Path(root.path).parent)
+    exported = engine.export(result, Path(model_work_dir))
     prune(root, folder)
     metrics = mlflow_metrics({k: result.summary[k]
                               for k in ("steps", "seconds", "resumed_from_step")})

@@ -15,7 +15,8 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=train_model,
-            inputs=["train_plan", "train_prompts", "val_prompts", *SETUP_INPUTS],
+            inputs=["train_plan", "train_prompts", "val_prompts", "model_work_dir",
+                    *SETUP_INPUTS],
             outputs=["training_result", "train_summary", "train_metrics", "reward_curve"],
             name="train_model_node",
         ),
