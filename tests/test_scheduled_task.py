@@ -24,15 +24,17 @@ CHILD = """
 import json, sys
 from rl_pipeline.runs.scheduled_task import run_stage
 
-try:
-    run_stage("data_prep", [], env="cpu", package_name="rl_pipeline", conf_source=None,
-              run_conf=json.loads(sys.argv[2]), execution_id="rl-pipeline-cpu/test-run")
-except Exception as exc:
-    outcome = [f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)]
-else:
-    outcome = [None, ""]
+outcomes = []
+for conf in json.loads(sys.argv[2]):  # one interpreter for several tasks: imports once
+    try:
+        run_stage("data_prep", [], env="cpu", package_name="rl_pipeline", conf_source=None,
+                  run_conf=conf, execution_id="rl-pipeline-cpu/test-run")
+    except Exception as exc:
+        outcomes.append([f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)])
+    else:
+        outcomes.append([None, ""])
 with open(sys.argv[1], "w") as f:
-    json.dump(outcome, f)
+    json.dump(outcomes, f)
 """
 
 
@@ -62,39 +64,33 @@ def test_runtime_params_refuse_what_is_no_parameter(conf: dict, message: str) ->
     assert str(failed.value).startswith(message)
 
 
-def _run_data_prep(project: Path, params: dict) -> tuple[str | None, str]:
-    """run_stage of data_prep (conf/cpu) in ``project``, in a child process: the class of
-    the exception it raised, and its message."""
+def _run_data_prep(project: Path, confs: list[dict]) -> list[tuple[str | None, str]]:
+    """run_stage of data_prep (conf/cpu) in ``project`` for each DAG-run conf, in one child
+    process: the class of the exception each raised, and its message."""
     out = project / "outcome.json"
-    done = subprocess.run([sys.executable, "-c", CHILD, str(out), json.dumps({"params": params})],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(out), json.dumps(confs)],
                           cwd=project, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"})
     assert done.returncode == 0 and out.exists(), (done.stdout + done.stderr)[-3000:]
-    kind, message = json.loads(out.read_text())
-    return kind, message
+    return [tuple(outcome) for outcome in json.loads(out.read_text())]
 
 
-@pytest.mark.slow  # a Kedro session in a fresh process, imports included
-def test_a_user_error_fails_the_task_with_its_message(tmp_path) -> None:
+@pytest.mark.slow  # Kedro sessions in a fresh process, imports included
+def test_a_user_error_fails_the_task_and_a_running_stage_stops_it(tmp_path) -> None:
     """The run's conf reaches Kedro as `kedro run --params` would, and the project's
-    whole-configuration check refuses a bad value before any node."""
-    project = make_project(tmp_path)
-    kind, message = _run_data_prep(project, {"eval.max_prompts": -3})
-    assert kind == "rl_pipeline.runs.scheduled_task.TaskFailed", message
-    assert "eval.max_prompts=-3" in message
-
-
-@pytest.mark.slow  # a Kedro session in a fresh process, imports included
-def test_a_stage_running_in_the_project_stops_the_task_with_a_stage_locked_error(
-        tmp_path) -> None:
-    """Held by a run started by hand, which a scheduled run never waits for."""
+    whole-configuration check refuses a bad value before any node: TaskFailed, with its
+    message. A stage held by a run started by hand (which a scheduled run never waits for)
+    stops the task with StageLockedError."""
     project = make_project(tmp_path)
     held = StageLocks(project / "data/.locks")
     held.acquire(["data_prep"], scheduled=False)
-    try:
-        kind, message = _run_data_prep(project, {})  # not scheduled, it would run data_prep
+    try:  # not scheduled, the second would run data_prep
+        (failed, message), (stopped, why) = _run_data_prep(
+            project, [{"params": {"eval.max_prompts": -3}}, {}])
     finally:
         held.release()
-    assert kind == "rl_pipeline.runs.stage_lock.StageLockedError", message
-    assert message.startswith(f"stage data_prep is already running in this project (pid "
-                              f"{os.getpid()}, started by hand"), message
+    assert failed == "rl_pipeline.runs.scheduled_task.TaskFailed", message
+    assert "eval.max_prompts=-3" in message
+    assert stopped == "rl_pipeline.runs.stage_lock.StageLockedError", why
+    assert why.startswith(f"stage data_prep is already running in this project (pid "
+                          f"{os.getpid()}, started by hand"), why

@@ -56,3 +56,18 @@ def test_a_large_gain_is_distinguishable_and_charted_with_intervals() -> None:
     overall, per_source, deltas = chart.axes
     assert any(isinstance(c, ErrorbarContainer) for c in per_source.containers)
     assert any(isinstance(c, ErrorbarContainer) for c in deltas.containers)
+
+
+def test_the_trained_model_is_compared_with_the_champion_on_the_same_prompts() -> None:
+    _, _, metrics, _, report, _ = summarize_eval(
+        _scored(range(0, 8), "base"), _scored(range(0, 28), "trained"),
+        _scored(range(0, 20), "champion"), GREEDY, DataParams(), RewardParams())
+    trained = metrics["trained"]
+    # Paired, like vs_base: trained 28/32 right against the champion's 20/32.
+    assert trained["vs_champion"]["mean_reward"]["delta"] == 0.25
+    assert trained["vs_base"]["mean_reward"]["delta"] == 0.625
+    assert trained["by_data_source"]["openai/gsm8k"]["vs_champion"]["mean_reward"]["delta"] \
+        == 0.25
+    assert metrics["champion"]["mean_reward"] == 0.625
+    assert "## Against the champion (the promotion gate's reference)" in report
+    assert "| mean_reward (headline) | +0.250 | [+0.125, +0.4062] |" in report

@@ -113,33 +113,21 @@ def summarize_eval(
     frames = {label: frame for label, frame in (("base", base), ("trained", trained))
               if not frame.empty}
     correct = params.correct_reward
-    per_prompt = {label: per_prompt_scores(frame, params.pass_k, correct)
-                  for label, frame in frames.items()}
-    metrics = {label: model_metrics(frame, params.pass_k, correct,
-                                    params.bootstrap_resamples, params.seed, per_prompt[label])
-               for label, frame in frames.items()}
+    per_prompt, metrics = {}, {}
+    for label, frame in frames.items():
+        per_prompt[label], metrics[label] = _scored(frame, params, correct)
     examples = None
     if "trained" in frames:
-        compared = compare_models(per_prompt["base"], per_prompt["trained"],
-                                  params.bootstrap_resamples, params.seed)
-        by_source = compared.pop("by_data_source")
-        metrics["trained"]["vs_base"] = compared
-        for source, comparison in by_source.items():
-            metrics["trained"]["by_data_source"][source]["vs_base"] = comparison
+        _compare(metrics["trained"], "vs_base", per_prompt["base"], per_prompt["trained"],
+                 params)
         metrics["trained"]["verdict"] = eval_verdict(metrics["trained"]).as_dict()
         examples = pick_examples(frames["base"], frames["trained"], correct)
     report = markdown_report(metrics, report_settings(params, data, reward, metrics["base"]),
                              examples)
     if "trained" in frames and not champion.empty:
         # The promotion gate's reference, on the same prompts (paired).
-        scores = per_prompt_scores(champion, params.pass_k, correct)
-        champion_metrics = model_metrics(champion, params.pass_k, correct,
-                                         params.bootstrap_resamples, params.seed, scores)
-        compared = compare_models(scores, per_prompt["trained"], params.bootstrap_resamples,
-                                  params.seed)
-        for source, comparison in compared.pop("by_data_source").items():
-            metrics["trained"]["by_data_source"][source]["vs_champion"] = comparison
-        metrics["trained"]["vs_champion"] = compared
+        scores, champion_metrics = _scored(champion, params, correct)
+        _compare(metrics["trained"], "vs_champion", scores, per_prompt["trained"], params)
         report += "\n" + "\n".join(champion_lines(metrics["trained"])) + "\n"
         metrics["champion"] = champion_metrics
     for label, values in metrics.items():
@@ -208,6 +196,24 @@ def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None) -> dic
                      **{f"eval.verdict.{source}": v["verdict"]
                         for source, v in verdict["by_data_source"].items()}})
     return tags
+
+
+def _scored(frame: pd.DataFrame, params: EvalParams, correct: float,
+            ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One model's scores per prompt and its metrics (with their intervals)."""
+    scores = per_prompt_scores(frame, params.pass_k, correct)
+    return scores, model_metrics(frame, params.pass_k, correct, params.bootstrap_resamples,
+                                 params.seed, scores)
+
+
+def _compare(trained: dict[str, Any], key: str, reference: pd.DataFrame,
+             scores: pd.DataFrame, params: EvalParams) -> None:
+    """The trained model's paired differences with ``reference``, overall and per data
+    source, into its metrics under ``key`` (vs_base, vs_champion)."""
+    compared = compare_models(reference, scores, params.bootstrap_resamples, params.seed)
+    for source, comparison in compared.pop("by_data_source").items():
+        trained["by_data_source"][source][key] = comparison
+    trained[key] = compared
 
 
 def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:
