@@ -137,6 +137,38 @@ def test_kedro_validates_the_groups_and_followers_before_any_node_runs(tmp_path)
     assert not list((project / "data/05_model_input").rglob("*.parquet"))  # nothing ran
 
 
+SESSION_CATALOG = """
+import json, sys
+from pathlib import Path
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+bootstrap_project(Path.cwd())
+with KedroSession.create(project_path=Path.cwd(), env="cpu") as session:
+    catalog = session.load_context().catalog
+    print(json.dumps({key: catalog[key].load() for key in sys.argv[1:]}))
+"""
+
+
+@pytest.mark.slow  # a Kedro session in a fresh process, imports included
+def test_nodes_are_handed_the_followers_resolved_under_every_key(tmp_path) -> None:
+    """The catalog a run hands its nodes: a follower holds its owner's value in its group and
+    under its own key (Kedro adds params:<group>.<field> beside params:<group>)."""
+    import json
+    import subprocess
+    import sys
+
+    project = make_project(tmp_path)
+    keys = ["params:train.trl.max_completion_length", "params:train.ray_address"]
+    done = subprocess.run([sys.executable, "-c", SESSION_CATALOG, *keys], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = json.loads(done.stdout.strip().splitlines()[-1])
+    # conf/cpu caps responses at 48 (data.data_max_response_length); nothing sets the follower.
+    assert values == {"params:train.trl.max_completion_length": 48,
+                      "params:train.ray_address": None}
+
+
 def _field(model: Any, path: str) -> Any:
     *parents, leaf = path.split(".")
     for part in parents:

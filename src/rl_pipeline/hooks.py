@@ -73,11 +73,29 @@ class WholeConfigurationHook:
         """Hand the nodes their groups with every follower resolved (``eval.max_new_tokens``
         holds the response cap), in place of the groups Kedro instantiated."""
         for name, group in self._resolved.items():
-            key = f"params:{name}"
-            # The dataset's own load and save: the catalog's would log each group.
-            given = catalog[key].load() if key in catalog else None
-            if isinstance(given, ParamGroup) and given != group:
-                catalog[key].save(group)
+            # The datasets' own load and save: the catalog's would log each parameter.
+            _put_param(catalog, f"params:{name}", group)
+
+
+def _put_param(catalog: Any, key: str, value: Any) -> None:
+    """``value`` at ``key`` and at each of its fields' own keys, added where missing (Kedro
+    adds ``params:train.ray_address`` only for a group that a node of this run declares by
+    type) and replaced where stale, so that a node may take any one field. A group Kedro left
+    a plain mapping stays one; a MemoryDataset takes no None, and a resolved follower is
+    never None."""
+    if key not in catalog:
+        catalog[key] = value
+    else:
+        dataset = catalog[key]
+        try:
+            current = dataset.load()
+        except DatasetError:  # a parameter that is None
+            current = None
+        if current != value and not (isinstance(current, dict) and isinstance(value, BaseModel)):
+            dataset.save(value)
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            _put_param(catalog, f"{key}.{name}", getattr(value, name))
 
 
 _RUNTIME_PARAM = re.compile(r"\$\{runtime_params:\s*([^,}\s]+)")

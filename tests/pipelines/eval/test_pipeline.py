@@ -22,7 +22,6 @@ from rl_pipeline.params import (
     RewardParams,
     resolve_followers,
 )
-from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.eval import create_pipeline
 from tests.catalogs import KeptDataset
 from tests.conftest import read_gsm8k
@@ -58,10 +57,10 @@ def _run(base: Path, merged: Path | None, data_params: dict,
     # ... with their followers resolved, as WholeConfigurationHook hands them.
     groups = resolve_followers({"eval": EvalParams.model_validate(EVAL),
                                 "data": DataParams.model_validate(data_params),
-                                "reward": RewardParams.model_validate(REWARD),
-                                "train": TrainParams()})
+                                "reward": RewardParams.model_validate(REWARD)})
     for name, group in groups.items():
         catalog[f"params:{name}"] = group
+    catalog["params:train.ray_address"] = None  # no cluster
     catalog["params:registry"] = RegistryParams(model_name=None)  # eval alone, no registry
     catalog["params:promote"] = PromoteParams()
     outputs = SequentialRunner().run(create_pipeline(), catalog)

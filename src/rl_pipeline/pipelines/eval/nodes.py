@@ -33,7 +33,6 @@ from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
-from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.tracking import lineage, mlflow_metrics
@@ -50,14 +49,14 @@ def select_eval_prompts(val_prompts: pd.DataFrame, eval_params: EvalParams) -> p
 
 def evaluate_base(prompts: pd.DataFrame, base_model: str, eval_params: EvalParams,
                   data: DataParams, reward: RewardParams,
-                  train: TrainParams) -> pd.DataFrame:
+                  ray_address: str | None) -> pd.DataFrame:
     """Generate with the base model and score every response."""
-    return _evaluate(prompts, base_model, "base", eval_params, data, reward, train)
+    return _evaluate(prompts, base_model, "base", eval_params, data, reward, ray_address)
 
 
 def evaluate_trained(prompts: pd.DataFrame, merged_model: str | None, eval_params: EvalParams,
                      data: DataParams, reward: RewardParams,
-                     train: TrainParams) -> pd.DataFrame:
+                     ray_address: str | None) -> pd.DataFrame:
     """Generate with the merged (trained) model and score; empty when there is none yet."""
     if merged_model is None:
         logger.info("No merged_model yet: evaluating the base model only")
@@ -67,13 +66,13 @@ def evaluate_trained(prompts: pd.DataFrame, merged_model: str | None, eval_param
     else:
         logger.warning("%s has no %s (merged before manifests): its files are not checked",
                        merged_model, MANIFEST)
-    return _evaluate(prompts, merged_model, "trained", eval_params, data, reward, train)
+    return _evaluate(prompts, merged_model, "trained", eval_params, data, reward, ray_address)
 
 
 def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
                       registry_params: RegistryParams, promote: PromoteParams,
                       eval_params: EvalParams, data: DataParams, reward: RewardParams,
-                      train: TrainParams) -> tuple[pd.DataFrame, dict[str, Any]]:
+                      ray_address: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The champion's answers on the same prompts: the promotion gate's reference, paired
     with the trained model's. Empty when there is no champion, when ``promote.reference`` is
     base, or when the model evaluated is the champion.
@@ -92,7 +91,7 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
     if champion is None or model_registry.is_folder(champion, merged_model):
         return pd.DataFrame(), {}
     folder = model_registry.model_folder(champion, model_registry.CHAMPION)
-    frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, train)
+    frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, ray_address)
     return frame, {"name": name, "version": str(champion.version), "path": str(folder)}
 
 
@@ -239,8 +238,8 @@ def _results(trained: dict[str, Any]) -> dict[str, str]:
 
 
 def _evaluate(prompts: pd.DataFrame, model_path: str, label: str, params: EvalParams,
-              data: DataParams, reward: RewardParams, train: TrainParams) -> pd.DataFrame:
-    check_eval_machine(params.backend, train.ray_address or os.environ.get("RAY_ADDRESS"))
+              data: DataParams, reward: RewardParams, ray_address: str | None) -> pd.DataFrame:
+    check_eval_machine(params.backend, ray_address or os.environ.get("RAY_ADDRESS"))
     scorer = eval_reward(reward)
     sampling = sampling_settings(params, data)
     run = generate(

@@ -10,9 +10,9 @@ from .nodes import (
     summarize_eval,
 )
 
-# params:train: eval refuses a silent CPU fallback where training ran on a Ray cluster
-# (train.ray_address, check_eval_machine).
-_SETTINGS = ["params:eval", "params:data", "params:reward", "params:train"]
+# train.ray_address: eval refuses a silent CPU fallback where training ran on a Ray cluster
+# (check_eval_machine); of the train group it reads nothing else.
+_SETTINGS = ["params:eval", "params:data", "params:reward", "params:train.ray_address"]
 
 
 def create_pipeline(**kwargs) -> Pipeline:
