@@ -135,6 +135,9 @@ def sqlite_tracking(tmp_path, monkeypatch) -> str:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # restored after the test
     mlflow.set_tracking_uri(uri)
+    # Its own experiment: MLflow keeps the active experiment's id across stores, and another
+    # test's (id 1 of its store) is no experiment of this one.
+    mlflow.set_experiment("eval-tests")
     yield uri
     mlflow.set_tracking_uri(None)  # back to the environment's
 
