@@ -44,7 +44,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light vllm-set benchmarks bench-cpu-run bench-verl-math lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light vllm-set benchmarks bench-cpu-run bench-verl-math bench-ranks lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -92,6 +92,11 @@ bench-cpu-run: install model
 # threads; about 15 minutes): its reward per step and eval, to docs/benchmarks.md.
 bench-verl-math: install model
 	$(BIN)/python benchmarks/bench_verl_math.py $(ARGS)
+
+# Does verl on two gloo ranks train as it does on one? The whole CPU run with verl, one rank
+# and two, same seed (about 16 minutes): step by step, to docs/benchmarks.md.
+bench-ranks: install model
+	$(BIN)/python benchmarks/bench_ranks.py $(ARGS)
 
 # kedro-mlflow shells out to the `mlflow` executable, so it must be on PATH.
 ui: install

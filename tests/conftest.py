@@ -21,7 +21,7 @@ SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.
 _SESSION_FOLDERS: dict[str, Path] = {}
 # Modules that start Ray clusters, verl's own trainer or a Ray-placed driver: run one at a
 # time, on one pytest-xdist worker, so that two clusters never compete for 2 cores.
-RAY_MODULES = {"tests/engines/verl/test_cpu.py", "tests/engines/verl/test_cluster.py",
+RAY_MODULES = {"tests/engines/verl/test_cpu.py", "tests/engines/verl/test_collective.py",
                "tests/gpu_boundary/test_ray_cluster_run.py",
                "tests/gpu_boundary/test_verl_driver.py"}
 

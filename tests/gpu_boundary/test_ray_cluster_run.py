@@ -1,4 +1,5 @@
-"""`kedro run --env multinode` on a Ray cluster of two nodes on this machine.
+"""`kedro run --env multinode` on a Ray cluster of two nodes on this machine: where a GPU run
+stops without GPUs, and a whole run of verl's CPU mode, one rank on each node.
 
 The test bed: a real Ray cluster (head and one more node, each declaring one GPU it does not
 have, each with vLLM importable as a GPU node has it: the parser folder of `make
@@ -6,7 +7,10 @@ vllm-parser`), a real MLflow tracking server, and a copy of the project whose co
 is shrunk to one GPU per node and a tiny model. The preflight pipeline checks every node and
 names each missing device; the train pipeline then gets through verl's own driver, which
 places its workers on both nodes, and stops where they initialise their devices, with a
-message naming both nodes instead of a worker's NCCL traceback.
+message naming both nodes instead of a worker's NCCL traceback. With ``train.verl.device=cpu``
+the same cluster trains: a rank on each node, gloo between them, both ranks writing their
+checkpoint shards to the shared folder; the driver SIGKILLed after step 1, the rerun resumes
+at step 2, and the two-shard checkpoint merges and is evaluated.
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ from tests.conftest import read_gsm8k, write_jsonl
 from tests.projects import kedro_command, make_project, run_env
 
 pytestmark = [pytest.mark.gpu_boundary, pytest.mark.slow]
+
+# verl's CPU mode on the same cluster (the nodes' declared GPUs are its logical ones): short
+# responses from the tiny model, a checkpoint every step, eval on this CPU on purpose.
+CPU_MODE = ("train.verl.device=cpu,train.verl.actor_fsdp_config_offload_policy=false,"
+            "train.verl.rollout_dtype=float32,train.verl.rollout_n=4,"
+            "train.verl.rollout_log_prob_micro_batch_size_per_gpu=4,"
+            "train.verl.ref_log_prob_micro_batch_size_per_gpu=4,"
+            "train.verl.total_training_steps=2,train.verl.trainer_save_freq=1,"
+            "data.data_max_response_length=24,eval.backend=hf,eval.max_prompts=4")
 
 # conf/multinode shrunk to the test bed: 1 "GPU" per node, batches a tiny model can take.
 TEST_BED = {"train": {"verl": {
@@ -173,3 +186,63 @@ def test_train_reaches_verls_workers_on_both_nodes_and_names_them(prepared, clus
     client = mlflow.MlflowClient(tracking_uri=tracking_server)
     runs = client.search_runs([client.get_experiment_by_name("rl_pipeline").experiment_id])
     assert {r.info.run_name: r.info.status for r in runs}["train"] == "FAILED"
+
+
+def _newest(project: Path) -> int:
+    markers = list(project.glob("data/06_models/train_checkpoints/*/"
+                                "latest_checkpointed_iteration.txt"))
+    return max((int(m.read_text().strip() or 0) for m in markers), default=0)
+
+
+def test_cpu_mode_trains_a_rank_on_each_node_resumes_after_a_kill_merges_and_evaluates(
+        prepared, cluster, tracking_server) -> None:
+    command = kedro_command("--pipelines", "train", "--params", ",".join(
+        [(prepared / "params.txt").read_text(), CPU_MODE]), env="multinode")
+    env = run_env(RAY_ADDRESS=cluster.address, MLFLOW_TRACKING_URI=tracking_server)
+    log = prepared / "killed_train.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(command, cwd=prepared, stdout=out, stderr=subprocess.STDOUT,
+                                  env=env)
+        deadline = time.monotonic() + 600
+        while _newest(prepared) < 1 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert driver.poll() is None, log.read_text()[-5000:]
+        driver.kill()  # SIGKILL, the driver alone: the cluster outlives it, as it would
+        driver.wait()
+    first = log.read_text()
+    # The preflight checked every node, then joined them in one all-reduce over gloo.
+    assert "Ray cluster at auto, 2 node(s)" in first, first[-5000:]
+    assert "2 node(s) joined a gloo all-reduce" in first, first[-5000:]
+    assert _newest(prepared) == 1
+
+    result = _run(prepared, "train", cluster, tracking_server, CPU_MODE)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    summary = yaml.safe_load((prepared / "data/08_reporting/train_summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["steps"]) == (1, 2), summary
+    # A rank on each node (verl's placement over the two nodes' one "GPU" each).
+    placement = summary["placement"]
+    print("placement:", placement, "| resumed from step", summary["resumed_from_step"])  # noqa: T201
+    assert [p["rank"] for p in placement] == [0, 1], placement
+    assert sorted(p["node"].split("(")[1][:8] for p in placement) == sorted(_node_ids(cluster))
+    # This run's folder (the GPU run above made one of its own, for another identity).
+    (marker,) = prepared.glob("data/06_models/train_checkpoints/*/"
+                              "latest_checkpointed_iteration.txt")
+    folder = marker.parent
+    for step in (1, 2):  # both ranks wrote their shard, step 1 before the kill, 2 after
+        shards = {p.name: p.stat().st_size for p in (folder / f"global_step_{step}/actor")
+                  .glob("model_world_size_*")}
+        print(f"step {step} shards:", shards)  # noqa: T201
+        assert set(shards) == {"model_world_size_2_rank_0.pt",
+                               "model_world_size_2_rank_1.pt"}, step
+
+    merged = _run(prepared, "merge", cluster, tracking_server, CPU_MODE)
+    assert merged.returncode == 0, (merged.stdout + merged.stderr)[-5000:]
+    (metadata,) = prepared.glob("data/06_models/merged_model/*/merged_model/merge_metadata.json")
+    merge = yaml.safe_load(metadata.read_text())
+    assert merge["verification"]["passed"] and merge["training_run"]["steps"] == 2
+    print("merge verification:", merge["verification"])  # noqa: T201
+    evaluated = _run(prepared, "eval", cluster, tracking_server, CPU_MODE)
+    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-5000:]
+    metrics = yaml.safe_load((prepared / "data/08_reporting/eval_metrics.json").read_text())
+    assert metrics["base"]["prompts"] == metrics["trained"]["prompts"] == 4

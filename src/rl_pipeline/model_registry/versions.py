@@ -19,6 +19,9 @@ from rl_pipeline.tracking.lineage import weights_run
 
 logger = logging.getLogger(__name__)
 
+# Where a merge run behind a tracking server keeps the path of the folder it registered.
+REFERENCE = "merged_model_reference"
+
 
 def client() -> Any:
     import mlflow
@@ -52,16 +55,26 @@ def register_merged_model(name: str, folder: str | Path, run_id: str | None,
     except MlflowException:
         registry.create_registered_model(
             name, description="Merged models of rl_pipeline (aliases: candidate, champion).")
-    if copy_weights:
-        source = _log_weights(folder)
-    else:
-        source = folder.as_uri()
+    source = _log_weights(folder) if copy_weights else _reference(folder, run_id)
     tags = {**{k: tag_value(v) for k, v in tags.items()}, PATH_TAG: stored_path(folder),
             "storage": "mlflow copy" if copy_weights else "catalog reference"}
     version = registry.create_model_version(name, source=source, run_id=run_id, tags=tags,
                                             description=description)
     logger.info("Registered %s version %s (%s)", name, version.version, tags["storage"])
     return version
+
+
+def _reference(folder: Path, run_id: str | None) -> str:
+    """The source of a version that refers to the catalog's folder: the folder itself in a
+    local store; behind a tracking server, which refuses a local path as a source (MLflow 3
+    accepts none outside the run's artifacts), a pointer file logged to the merge run. The
+    folder is the version's PATH_TAG either way."""
+    import mlflow
+
+    if run_id is None or mlflow.get_tracking_uri().startswith(("sqlite:", "file:", "/")):
+        return folder.as_uri()
+    client().log_text(run_id, f"{folder}\n", f"{REFERENCE}/path.txt")
+    return f"runs:/{run_id}/{REFERENCE}"
 
 
 def _log_weights(folder: Path) -> str:

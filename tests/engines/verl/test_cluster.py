@@ -205,6 +205,23 @@ def test_the_attention_kernel_is_checked_on_each_node(shared) -> None:
         paths, None, "compute_score", "sdpa", None, "")["problems"])
 
 
+def test_each_node_needs_the_rollout_engine_it_will_run(shared, monkeypatch) -> None:
+    """vLLM on a GPU node; nothing beyond transformers for the CPU mode's rollout (hf)."""
+    import importlib.util
+
+    from rl_pipeline.engines.verl.cluster import WorkerPaths, _node_check
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    paths = WorkerPaths(str(shared / "train.parquet"), str(shared / "val.parquet"),
+                        str(shared / "model"), str(shared / "checkpoints"))
+    assert "vllm importable on this node (it is not)" in _node_check(
+        paths, None, "compute_score", "sdpa", None, "", "vllm")["problems"]
+    assert not any("vllm" in p for p in _node_check(
+        paths, None, "compute_score", "sdpa", None, "", "hf")["problems"])
+
+
 def test_with_a_cluster_address_auto_trains_with_verl_and_eval_will_not_use_this_cpu() -> None:
     from rl_pipeline.engines.lookup import choose_engine
     from rl_pipeline.params import ConfigError

@@ -70,8 +70,9 @@ def test_the_verl_internals_the_cpu_mode_leans_on_are_where_it_expects() -> None
 
 
 def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
-    bad = VerlParams(**{**SMALL, "device": "cpu", "ENGINE": "vllm", "trainer_nnodes": 2,
+    bad = VerlParams(**{**SMALL, "device": "cpu", "ENGINE": "vllm",
                         "algorithm_adv_estimator": "gae", "actor_model_lora_rank": 0,
+                        "trainer_n_gpus_per_node": 1,
                         "rollout_tensor_model_parallel_size": 2})
     with pytest.raises(PreflightError) as failure:
         plan_verl(bad, DataParams(), RewardParams(), inputs, gpus_visible=0, training=True,
@@ -81,8 +82,8 @@ def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
                      "train.verl.algorithm_adv_estimator='gae'",
                      "train.verl.actor_model_lora_rank=0: at least 1 with device: cpu",
                      "train.verl.actor_fsdp_config_offload_policy=True: false with device: cpu",
-                     "train.verl.trainer_nnodes=2: 1 with device: cpu",
-                     "train.verl.rollout_tensor_model_parallel_size=2"):
+                     "train.verl.rollout_tensor_model_parallel_size=2: at most "
+                     "trainer_n_gpus_per_node with device: cpu"):
         assert expected in message, message
 
 
@@ -275,3 +276,54 @@ def test_a_rollout_without_the_trained_adapter_is_caught(cpu_bed) -> None:
     assert result["error"] == "RolloutPolicyError", result
     assert "step 2" in result["message"] and "pearson" in result["message"]
     assert "LoRA adapter never reached the rollout" in result["message"]
+
+
+# Two gloo ranks (FSDP2 shards the actor over them) against one: one rollout server for
+# both (a replica spans them), so that both runs sample the same responses.
+TWO_RANKS = {"trainer_n_gpus_per_node": 2, "rollout_tensor_model_parallel_size": 2}
+# What two ranks change is the order of float32 sums: FSDP2 all-reduces the two halves'
+# gradients, and verl averages the ranks' loss metrics, where one rank sums in one pass.
+# Measured here: the same responses and scores at both steps, grad norm and entropy equal
+# to the last bit, the policy loss 3e-7 apart (relative) at step 1 and 1.4e-5 at step 2,
+# after one update's rounding. 1e-4 leaves room for that, and none for an error of
+# mathematics (a loss scaled by the rank count is off by 2x; one rank's half alone, by far
+# more than this).
+RANKS_RTOL = 1e-4
+SAME_SAMPLES = ("critic/score/mean", "response_length/mean")
+SAME_MATHEMATICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy")
+
+
+@pytest.mark.slow
+def test_two_ranks_train_as_one_does_and_their_sharded_checkpoint_merges(cpu_bed,
+                                                                       tmp_path) -> None:
+    from rl_pipeline.merge.standalone import make_standalone_model
+    from rl_pipeline.params import MergeParams
+
+    steps, runs = 2, {}
+    for ranks, verl in ((1, {}), (2, TWO_RANKS)):
+        checkpoints = cpu_bed["root"] / f"ranks{ranks}"
+        # No LoRA dropout: each rank draws its own masks, for its own half of the batch.
+        job, run_id = _job(cpu_bed, f"ranks{ranks}", checkpoints, total_training_steps=steps,
+                           actor_model_lora_dropout=0.0, **verl)
+        assert _start(job).wait(timeout=600) == 0, Path(f"{job}.log").read_text()[-3000:]
+        runs[ranks] = {key: _history(cpu_bed["tracking_uri"], run_id, key)
+                       for key in SAME_SAMPLES + SAME_MATHEMATICS}
+    one, two = runs[1], runs[2]
+    assert set(one["actor/grad_norm"]) == set(range(1, steps + 1))
+    assert any(v > 0 for v in one["actor/grad_norm"].values())  # a step that learned
+    for key in SAME_SAMPLES:  # the rollout drew the same responses, which scored the same
+        for step, value in one[key].items():  # (a mean: summed in another order)
+            assert two[key][step] == pytest.approx(value, rel=1e-6), (key, one[key], two[key])
+    for key in SAME_MATHEMATICS:
+        for step, value in one[key].items():
+            assert two[key][step] == pytest.approx(value, rel=RANKS_RTOL, abs=1e-6), \
+                (key, step, one[key], two[key])
+    # Each rank wrote its shard; verl's merger joins them into the adapter, which merges.
+    actor = cpu_bed["root"] / "ranks2" / f"global_step_{steps}" / "actor"
+    assert {p.name for p in actor.glob("model_world_size_*")} == {
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}
+    summary = {"steps": steps}
+    adapter = export_result(cpu_bed["root"] / "ranks2", tmp_path / "scratch", summary)
+    merged = make_standalone_model(str(adapter), cpu_bed["model_path"], MergeParams(),
+                                   tmp_path / "scratch")
+    assert merged.metadata["verification"]["passed"]

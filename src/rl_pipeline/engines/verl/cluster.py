@@ -22,7 +22,7 @@ from typing import Any
 import rl_pipeline
 from rl_pipeline.engines.problems import Problem
 from rl_pipeline.engines.verl.host import driver_problem, driver_version, free_gib
-from rl_pipeline.engines.verl.preflight import Hardware
+from rl_pipeline.engines.verl.preflight import HF_ROLLOUT, Hardware
 from rl_pipeline.rewards.scoring import PKG
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 # for minutes, so the address is probed first; a node's check task imports torch.
 CONNECT_TIMEOUT_S = 5.0
 TASK_TIMEOUT_S = 300.0
+# The collective check's bound (collective.check_collective): a process group of a few
+# nodes forms in seconds; verl's own waits 10 minutes for a node it cannot reach.
+COLLECTIVE_TIMEOUT_S = 60.0
 _LOCAL_STORES = ("sqlite:", "file:")
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?(?P<host>[^\]/]+?)\]?:(?P<port>\d+)$")
 
@@ -125,17 +128,21 @@ def check_tracking(tracking_uri: str | None) -> list[Problem]:
 
 
 def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: RewardTarget,
-                report: dict[str, Any], *, training: bool,
-                attention: str = "sdpa") -> list[Problem]:
+                report: dict[str, Any], *, training: bool, attention: str = "sdpa",
+                rollout: str = "vllm") -> list[Problem]:
     """Run a check task on every node of the cluster at ``address``; report per node.
 
     Each task (pinned to its node, shipped our code as verl's workers will be) checks that our
-    package, the reward function, vLLM and the ``attention`` kernel import, the input paths
+    package, the reward function, the ``rollout`` engine (none for ``hf``, the transformers
+    rollout) and the ``attention`` kernel import, the input paths
     are readable, the checkpoint folder is the same storage as on the other nodes (a file
     one node writes there, every node reads), the NVIDIA driver is new enough, and the GPUs
     Ray declares are CUDA devices torch sees; it reports the free disk there, which the
     preflight checks against the kept checkpoints. The cluster must offer ``hardware.gpus``
-    GPUs.
+    GPUs (logical ones on CPUs: ``ray start --num-gpus``). Then every node joins one
+    all-reduce, NCCL on GPUs or gloo on CPUs, bounded by :data:`COLLECTIVE_TIMEOUT_S`
+    (:func:`~rl_pipeline.engines.verl.collective.check_collective`): a node the others
+    cannot reach is named in seconds, with the interface and the variables that choose it.
 
     Only checking (``training=False``), a node whose declared GPUs torch does not see is a
     problem, and a cluster that cannot be reached is reported and skipped (the configuration
@@ -171,9 +178,11 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         written, made = on_each_node(nodes[:1], _write_marker, marker, token)[0]
         try:
             results = on_each_node(nodes, _node_check, paths, reward.on_workers, reward.name,
-                                   attention, marker if written is None else None, token)
+                                   attention, marker if written is None else None, token,
+                                   rollout)
         finally:
             on_each_node(nodes[:1], _remove_marker, marker, made)
+        collective_problems = _join_collective(nodes, results, hardware, report)
         resources = ray.cluster_resources()
         total_gpus, total_cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     finally:
@@ -183,7 +192,7 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         result.update(node=node_label(node), declared_gpus=node["Resources"].get("GPU", 0))
     report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
                          "cpus": total_cpus, "nodes": results}
-    _log_nodes(address, results)
+    _log_nodes(address, results, hardware)
     problems = []
     if total_gpus < hardware.gpus:
         problems.append(Problem("trainer_n_gpus_per_node", hardware.gpus_per_node,
@@ -193,13 +202,38 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
     for node in results:
         problems += [Problem("node", node["node"], problem, group="cluster")
                      for problem in node["problems"]]
-        if node["declared_gpus"] and node["cuda_devices"] < node["declared_gpus"]:
+        if _missing_devices(node, hardware):
             missing = no_cuda_device(node["node"], node["declared_gpus"], node["cuda_devices"])
             if training:
                 logger.warning("preflight: %s; verl's workers there will stop at device "
                                "initialisation", missing)
             else:
                 problems.append(Problem("node", node["node"], missing, group="cluster"))
+    return problems + collective_problems
+
+
+def _missing_devices(node: dict[str, Any], hardware: Hardware) -> bool:
+    """Whether a node declares GPUs that torch does not see there (on CPUs they are logical)."""
+    return (hardware.device != "cpu" and bool(node["declared_gpus"])
+            and node["cuda_devices"] < node["declared_gpus"])
+
+
+def _join_collective(nodes: list[dict[str, Any]], results: list[dict[str, Any]],
+                     hardware: Hardware, report: dict[str, Any]) -> list[Problem]:
+    """Every node in one bounded all-reduce, where every node has its devices (a node
+    without them is named already, and NCCL could not start there)."""
+    from rl_pipeline.engines.verl.collective import check_collective
+
+    if any(_missing_devices({**result, "declared_gpus": node["Resources"].get("GPU", 0)},
+                            hardware) for node, result in zip(nodes, results, strict=True)):
+        report["collective"] = {"checked": False, "reason": "a node lacks its CUDA devices"}
+        return []
+    backend = "gloo" if hardware.device == "cpu" else "nccl"
+    problems, report["collective"] = check_collective(nodes, backend=backend,
+                                                      timeout_s=COLLECTIVE_TIMEOUT_S)
+    logger.info("preflight: %d node(s) joined a %s all-reduce in %.1f s%s", len(nodes),
+                backend, report["collective"]["seconds"], "" if not problems else
+                f"; {len(problems)} did not")
     return problems
 
 
@@ -284,7 +318,7 @@ def _remove_marker(marker: str, made: str | None) -> None:
 
 def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
                 attention: str = "sdpa", marker: str | None = None, token: str = "",
-                ) -> dict[str, Any]:
+                rollout: str = "vllm") -> dict[str, Any]:
     """On one node: everything a verl worker there will need."""
     import importlib.util
 
@@ -293,7 +327,7 @@ def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
     from rl_pipeline.rewards.scoring import load_reward_function
 
     problems = []
-    modules = ["rl_pipeline", "vllm"]
+    modules = ["rl_pipeline", *([] if rollout == HF_ROLLOUT else [rollout])]
     if attention == "flash_attention_2":  # train.verl.actor_model_attn_implementation
         modules.append("flash_attn")
     for module in modules:
@@ -330,11 +364,11 @@ def _node_check(paths: WorkerPaths, reward_path: str | None, reward_name: str,
             "nvidia_driver": driver, "problems": problems}
 
 
-def _log_nodes(address: str, results: list[dict[str, Any]]) -> None:
+def _log_nodes(address: str, results: list[dict[str, Any]], hardware: Hardware) -> None:
     lines = []
     for r in results:
         found = list(r["problems"])
-        if r["cuda_devices"] < r["declared_gpus"]:
+        if _missing_devices(r, hardware):
             found.append("no CUDA device")
         lines.append(f"  {r['node']:<28} {r['host']:<20} GPUs declared {r['declared_gpus']:g}, "
                      f"CUDA devices {r['cuda_devices']}, driver {r['nvidia_driver'] or 'none'}, "

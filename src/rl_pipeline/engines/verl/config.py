@@ -280,12 +280,15 @@ CPU_ENV = {
 _FSDP_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
 
 
-def cpu_overrides(ranks: int, dtype: str) -> list[str]:
-    """verl on this machine's CPU (train.verl.device=cpu), with ``ranks`` FSDP ranks.
+def cpu_overrides(ranks: int, dtype: str, *, cluster: bool = False) -> list[str]:
+    """verl on CPUs (train.verl.device=cpu), with ``ranks`` FSDP ranks per node.
 
-    Ray is told of one logical GPU per rank (verl's resource pools always ask for GPUs)
-    and enough logical CPUs for verl's worker bundles (3 CPUs each) beside its TaskRunner,
-    TransferQueue, agent-loop and reward actors, each cut to one process.
+    On this machine (``cluster`` false) verl starts a Ray of its own, told of one logical
+    GPU per rank (verl's resource pools always ask for GPUs) and enough logical CPUs for
+    verl's worker bundles (3 CPUs each) beside its TaskRunner, TransferQueue, agent-loop and
+    reward actors, each cut to one process. On a Ray cluster (``train.ray_address``) each
+    node declares its ranks itself (``ray start --num-gpus=<ranks>``: logical GPUs, which
+    the preflight counts), and the ranks on different nodes meet over gloo.
 
     The actor computes in ``dtype``, the rollout's (``train.verl.rollout_dtype``): verl's
     FSDP default casts its parameters to bfloat16 whatever the rollout's precision, and a
@@ -299,10 +302,10 @@ def cpu_overrides(ranks: int, dtype: str) -> list[str]:
         "reduce_dtype:fp32,buffer_dtype:fp32}",
         "trainer.device=cpu",
         # A Ray of its own, even where RAY_ADDRESS names a cluster (ray.init would join it).
-        "+ray_kwargs.ray_init.address=local",
-        f"+ray_kwargs.ray_init.num_gpus={ranks}",
-        f"ray_kwargs.ray_init.num_cpus={3 * ranks + 6}",
-        "+ray_kwargs.ray_init.include_dashboard=false",
+        *([] if cluster else ["+ray_kwargs.ray_init.address=local",
+                              f"+ray_kwargs.ray_init.num_gpus={ranks}",
+                              f"ray_kwargs.ray_init.num_cpus={3 * ranks + 6}",
+                              "+ray_kwargs.ray_init.include_dashboard=false"]),
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "reward.num_workers=1",

@@ -28,6 +28,7 @@ from rl_pipeline.engines.verl.failures import (
     WorkerDeviceError,
     WorkerPlacementError,
     explain_worker_failure,
+    worker_placement,
 )
 from rl_pipeline.engines.verl.plan import plan_verl, planned_steps, resolved_config_yaml
 from rl_pipeline.engines.verl.rollout_check import check_rollout_policy, read_agreement
@@ -108,6 +109,11 @@ def train_verl(overrides: list[str], run_id: str | None,
                 from verl.trainer.main_ppo_v0 import TaskRunner
 
                 run_ppo(config, task_runner_class=TaskRunner)
+        if OmegaConf.select(config, "ray_kwargs.ray_init.address") not in (None, "local"):
+            # A cluster: where each rank ran, for the summary and the log.
+            summary["placement"] = worker_placement()
+            logger.info("verl's ranks ran on: %s", ", ".join(
+                f"rank {p['rank']} on {p['node']}" for p in summary["placement"]) or "unknown")
     except Exception as exc:
         if watch.reason:
             raise WorkerPlacementError(watch.reason) from exc

@@ -10,6 +10,7 @@ and :func:`explain_worker_failure` names the nodes without the devices Ray decla
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -144,10 +145,40 @@ def _remove_placement_group(hex_id: str) -> None:
     ray.util.remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(hex_id)))
 
 
+def worker_placement() -> list[dict[str, Any]]:
+    """Where verl placed this job's ranks on the connected Ray cluster: rank, node (as
+    :func:`~rl_pipeline.engines.verl.cluster.node_label` names it) and the actor's name, in
+    rank order; empty when Ray's state API does not answer."""
+    import ray
+
+    nodes = {n["NodeID"]: n for n in ray.nodes()}
+    placed = []
+    for actor in _gpu_workers():
+        # verl names a worker <prefix><class>_<placement group>:<local rank> (ray/base.py),
+        # its rank counted over placement groups of RAY_LOCAL_WORLD_SIZE bundles each.
+        match = re.search(r"_(\d+):(\d+)$", actor.name or "")
+        if match:
+            placed.append({"group": int(match[1]), "local_rank": int(match[2]),
+                           "node": node_label(nodes[actor.node_id]) if actor.node_id in nodes
+                           else actor.node_id, "actor": actor.name})
+    per_group = max((p["local_rank"] for p in placed), default=-1) + 1
+    for p in placed:
+        p["rank"] = p.pop("group") * per_group + p.pop("local_rank")
+    return sorted(placed, key=lambda p: p["rank"])
+
+
 def _gpu_workers_by_node() -> dict[str, int]:
     """Node id -> how many of this job's actors that asked for GPUs (verl's workers) ran
     there; empty when Ray's state API is not served (a cluster started without its
     dashboard)."""
+    placed: dict[str, int] = {}
+    for actor in _gpu_workers():
+        placed[actor.node_id] = placed.get(actor.node_id, 0) + 1
+    return placed
+
+
+def _gpu_workers() -> list[Any]:
+    """This job's actors that asked for GPUs (verl's workers) and were placed on a node."""
     import ray
 
     try:
@@ -158,11 +189,7 @@ def _gpu_workers_by_node() -> dict[str, int]:
                              raise_on_missing_output=False, timeout=30)
     except Exception as exc:  # noqa: BLE001 - the placement is extra detail, never the error
         logger.info("Ray's state API did not answer (%s): worker placement not reported", exc)
-        return {}
-    placed: dict[str, int] = {}
-    for actor in actors:
-        # In a placement group Ray renames the resource: GPU_group_<bundle>_<group id>.
-        if actor.node_id and any(k == "GPU" or k.startswith("GPU_group_")
-                                 for k in actor.required_resources or {}):
-            placed[actor.node_id] = placed.get(actor.node_id, 0) + 1
-    return placed
+        return []
+    # In a placement group Ray renames the resource: GPU_group_<bundle>_<group id>.
+    return [a for a in actors if a.node_id and any(
+        k == "GPU" or k.startswith("GPU_group_") for k in a.required_resources or {})]

@@ -286,7 +286,10 @@ class HFServer:
         batch = [r for r in self.pending if _sampling_key(r.params) == key][:self.max_batch]
         taken = {id(r) for r in batch}
         self.pending = [r for r in self.pending if id(r) not in taken]
-        return batch
+        # verl's agent-loop workers send their requests concurrently, in no fixed order: in
+        # prompt order, each row of the batch draws the same random numbers run after run,
+        # whatever the arrival order or the number of ranks (docs/benchmarks.md, "Two ranks").
+        return sorted(batch, key=lambda r: r.prompt_ids)
 
     @torch.no_grad()
     def _generate(self, batch: list[_Request]) -> list[TokenOutput]:

@@ -152,13 +152,10 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
             problems += check_shipped_reward(target)
     if local:
         problems += check_rollout_engine(verl)
-    if cpu and inputs.ray_address:
-        problems.append(Problem("ray_address", inputs.ray_address, "none with train.verl."
-                                "device: cpu (it starts its own local Ray)", group="train"))
     if inputs.ray_address and contact_cluster:
         problems += check_nodes(inputs.ray_address, hardware, paths, target, report,
                                 attention=verl.actor_model_attn_implementation,
-                                training=training)
+                                rollout=verl.ENGINE, training=training)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
               "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
     launch = launch_overrides(values, inputs, reward,
@@ -167,17 +164,21 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                               legacy_trainer=verl.algorithm_adv_estimator
                               in LEGACY_TRAINER_ESTIMATORS)
     if cpu:
-        launch += cpu_overrides(hardware.gpus_per_node, verl.rollout_dtype)
+        launch += cpu_overrides(hardware.gpus_per_node, verl.rollout_dtype,
+                                cluster=bool(inputs.ray_address))
     elif verl.ENGINE == HF_ROLLOUT:
         launch += hf_rollout_overrides()
         report["rollout"] = HF_ROLLOUT_NOTE
         logger.warning("train.verl.ENGINE=hf on GPUs: %s", HF_ROLLOUT_NOTE)
-    problems += _check_user_overrides(verl.overrides, launch)
-    overrides = hydra_overrides(values, [*launch, *verl.overrides])
+    # An override that repeats one of the launch's (a configuration written for a 2-core
+    # cluster sets what the CPU mode sets too) says nothing new: dropped, not refused.
+    user = [o for o in verl.overrides if o.lstrip("+") not in {k.lstrip("+") for k in launch}]
+    problems += _check_user_overrides(user, launch)
+    overrides = hydra_overrides(values, [*launch, *user])
     try:
         config = compose_verl_config(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        problems += _composition_problems(values, launch, verl.overrides, exc)
+        problems += _composition_problems(values, launch, user, exc)
         raise PreflightError(problems) from None
     problems += validate_with_verl(config)
     problems += _check_inputs(config, inputs, reward, target, report)

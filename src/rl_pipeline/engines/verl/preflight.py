@@ -191,11 +191,12 @@ def check_cpu(verl: VerlParams, hardware: Hardware) -> list[Problem]:
         fail("actor_fsdp_config_offload_policy", "false with device: cpu: the FSDP2 offload "
              "policy pins host memory, which needs an accelerator (and the model is already "
              "in host memory)")
-    if verl.trainer_nnodes != 1:
-        fail("trainer_nnodes", "1 with device: cpu (one machine, ranks on gloo)")
-    if hardware.tensor_parallel != 1:
-        fail("rollout_tensor_model_parallel_size", "1 (or auto) with device: cpu: the "
-             "transformers rollout is one process")
+    if hardware.tensor_parallel > hardware.gpus_per_node:
+        # A replica of the transformers rollout is one server process for this many ranks
+        # (it does not split the model): on a CPU one server for a node's ranks uses every
+        # core, where several would compete for them.
+        fail("rollout_tensor_model_parallel_size", "at most trainer_n_gpus_per_node with "
+             "device: cpu: one rollout server serves that many ranks of a node")
     if verl.rollout_dtype not in ("float32", "bfloat16"):
         fail("rollout_dtype", "float32 or bfloat16 with device: cpu (the actor computes in "
              "the rollout's dtype, so that the rollout samples the policy it trains)")
