@@ -60,16 +60,24 @@ SLOW_REPORT_SECONDS = 10.0
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (pyproject's addopts) each module runs whole on one worker,
-    so its module-scoped fixtures (a data_prep run, a trained model) are made once; the
-    RAY_MODULES share one group. That group is the longest (about 12 of the suite's minutes
-    on 2 cores, one worker's), so it is handed out first: started mid-way, as collection
-    order had it, it was the last to end."""
+    """Under ``--dist loadgroup`` (pyproject's addopts) each module was to run whole on one
+    worker, the RAY_MODULES as one group, handed out first.
+
+    Not so with pytest 9 and pytest-xdist 3.8: xdist names an item's group by rewriting
+    ``item._nodeid``, which pytest 9 no longer reads (``nodeid`` is built from ``_id``), so
+    every test is scheduled on its own and a module's tests, Ray modules included, run on
+    both workers, each setting up the module's fixtures (found 2026-11-26; the Ray tests
+    therefore keep their clusters off fixed ports). The marks stay for when xdist reads them.
+    """
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in RAY_MODULES)  # stable
+    # Stable, and a module's tests kept together: pytest reorders items around a parametrized
+    # fixture, and a Ray module split in two tears its cluster down and builds it again.
+    modules = list(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))
+    items.sort(key=lambda item: (item.nodeid.split("::", 1)[0] not in RAY_MODULES,
+                                 modules.index(item.nodeid.split("::", 1)[0])))
     _guard_projects()
 
 

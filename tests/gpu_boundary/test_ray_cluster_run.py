@@ -66,7 +66,13 @@ def cluster():
             # The head serves Ray's state API (its dashboard), as `ray start --head` does.
             # verl's worker bundle asks 3 CPUs beside its TaskRunner and TransferQueue actors,
             # which Ray may put on either node: 8 logical CPUs each, as a GPU node has more.
-            cluster.add_node(num_cpus=8, num_gpus=1, include_dashboard=True)
+            # On a port of its own: Ray's default (8265) may still be held by a dashboard
+            # another module's cluster is shutting down.
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                dashboard_port = s.getsockname()[1]
+            cluster.add_node(num_cpus=8, num_gpus=1, include_dashboard=True,
+                             dashboard_port=dashboard_port)
             cluster.add_node(num_cpus=8, num_gpus=1)
         cluster.wait_for_nodes()
         yield cluster

@@ -234,3 +234,19 @@ def test_with_a_cluster_address_auto_trains_with_verl_and_eval_will_not_use_this
         check_eval_machine("auto", "ray://head:10001")
     check_eval_machine("hf", "ray://head:10001")  # on purpose
     check_eval_machine("auto", None)  # no cluster: the CPU is this run's machine
+
+
+def test_only_nodes_that_take_ranks_join_the_collective() -> None:
+    """A head node without GPUs takes no rank: asked for a GPU, NCCL's check task could never
+    be placed there. Nor does a node without its CUDA devices (named already) join."""
+    from rl_pipeline.engines.verl.cluster import _join_collective
+    from rl_pipeline.engines.verl.preflight import Hardware
+
+    head = {"NodeID": "a" * 56, "Resources": {"CPU": 8.0}}
+    gpu_node = {"NodeID": "b" * 56, "Resources": {"CPU": 8.0, "GPU": 8.0}}
+    report: dict = {}
+    assert _join_collective([head], [{"cuda_devices": 0}], Hardware(8, 1, 2), report) == []
+    assert report["collective"] == {"checked": False, "reason": "no node declares GPUs"}
+    assert _join_collective([head, gpu_node], [{"cuda_devices": 0}, {"cuda_devices": 0}],
+                            Hardware(8, 1, 2), report) == []
+    assert report["collective"]["reason"] == "a node lacks its CUDA devices"

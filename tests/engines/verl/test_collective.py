@@ -28,7 +28,9 @@ def two_nodes(request: pytest.FixtureRequest) -> Iterator[tuple[list[dict[str, A
 
     cluster = Cluster()
     try:
-        cluster.add_node(num_cpus=1)
+        # No dashboard: its process can outlive the cluster by seconds, holding port 8265
+        # when the next module's cluster starts its own.
+        cluster.add_node(num_cpus=1, include_dashboard=False)
         # Only the second node's raylet sees it, and so only the workers it starts: a job's
         # runtime_env would set it on every node alike.
         with pytest.MonkeyPatch.context() as env:

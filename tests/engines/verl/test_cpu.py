@@ -302,9 +302,13 @@ def test_two_ranks_train_as_one_does_and_their_sharded_checkpoint_merges(cpu_bed
     steps, runs = 2, {}
     for ranks, verl in ((1, {}), (2, TWO_RANKS)):
         checkpoints = cpu_bed["root"] / f"ranks{ranks}"
-        # No LoRA dropout: each rank draws its own masks, for its own half of the batch.
+        # No LoRA dropout: each rank draws its own masks, for its own half of the batch. A
+        # step's requests batched whole however busy the machine (a batch split otherwise
+        # draws other random numbers: CI's other worker once made one run's rollout do so).
         job, run_id = _job(cpu_bed, f"ranks{ranks}", checkpoints, total_training_steps=steps,
-                           actor_model_lora_dropout=0.0, **verl)
+                           actor_model_lora_dropout=0.0, overrides=[
+                               "+actor_rollout_ref.rollout.custom.hf_rollout."
+                               "batch_window_s=1.0"], **verl)
         assert _start(job).wait(timeout=600) == 0, Path(f"{job}.log").read_text()[-3000:]
         runs[ranks] = {key: _history(cpu_bed["tracking_uri"], run_id, key)
                        for key in SAME_SAMPLES + SAME_MATHEMATICS}

@@ -190,11 +190,14 @@ def test_train_resume_sets_verls_resume_keys(inputs, resume, mode, path) -> None
 
 def test_verls_resume_keys_are_set_by_train_resume_only(inputs) -> None:
     with pytest.raises(PreflightError) as failure:
-        _plan(inputs, {"overrides": ["trainer.resume_mode=auto",
+        _plan(inputs, {"overrides": ["trainer.resume_mode=disable",
                                      "trainer.default_local_dir=/elsewhere"]})
     message = str(failure.value)
-    assert "'trainer.resume_mode=auto': a key no parameter sets" in message
+    assert "'trainer.resume_mode=disable': a key no parameter sets" in message
     assert "'trainer.default_local_dir=/elsewhere': a key no parameter sets" in message
+    # One that repeats the launch's own value says nothing new: dropped, not refused.
+    assert _plan(inputs, {"overrides": ["trainer.resume_mode=auto"]}).config.trainer.\
+        resume_mode == "auto"
 
 
 def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path) -> None:

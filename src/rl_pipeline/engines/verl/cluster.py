@@ -220,18 +220,23 @@ def _missing_devices(node: dict[str, Any], hardware: Hardware) -> bool:
 
 def _join_collective(nodes: list[dict[str, Any]], results: list[dict[str, Any]],
                      hardware: Hardware, report: dict[str, Any]) -> list[Problem]:
-    """Every node in one bounded all-reduce, where every node has its devices (a node
-    without them is named already, and NCCL could not start there)."""
+    """The nodes verl can place ranks on (those that declare GPUs; a head node without any
+    takes no rank) in one bounded all-reduce, where each has its devices (a node without
+    them is named already, and NCCL could not start there)."""
     from rl_pipeline.engines.verl.collective import check_collective
 
-    if any(_missing_devices({**result, "declared_gpus": node["Resources"].get("GPU", 0)},
-                            hardware) for node, result in zip(nodes, results, strict=True)):
-        report["collective"] = {"checked": False, "reason": "a node lacks its CUDA devices"}
+    ranked = [(node, result) for node, result in zip(nodes, results, strict=True)
+              if node["Resources"].get("GPU", 0) > 0]
+    if not ranked or any(_missing_devices({**result, "declared_gpus": node["Resources"]["GPU"]},
+                                          hardware) for node, result in ranked):
+        report["collective"] = {"checked": False, "reason": "no node declares GPUs" if not
+                                ranked else "a node lacks its CUDA devices"}
         return []
     backend = "gloo" if hardware.device == "cpu" else "nccl"
-    problems, report["collective"] = check_collective(nodes, backend=backend,
+    problems, report["collective"] = check_collective([node for node, _ in ranked],
+                                                      backend=backend,
                                                       timeout_s=COLLECTIVE_TIMEOUT_S)
-    logger.info("preflight: %d node(s) joined a %s all-reduce in %.1f s%s", len(nodes),
+    logger.info("preflight: %d node(s) joined a %s all-reduce in %.1f s%s", len(ranked),
                 backend, report["collective"]["seconds"], "" if not problems else
                 f"; {len(problems)} did not")
     return problems

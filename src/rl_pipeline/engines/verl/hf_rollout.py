@@ -117,6 +117,11 @@ class HFServer:
         self.replica_rank = replica_rank
         self.sync_adapter = bool(custom_settings(config).get("sync_adapter", True))
         self.max_batch = int(custom_settings(config).get("max_batch", MAX_BATCH))
+        # How long the first request of a batch waits for the rest. On a busy machine a
+        # step's requests can arrive further apart, and a batch split differently draws
+        # other random numbers: a test that compares two runs' samples waits longer.
+        self.batch_window_s = float(custom_settings(config).get("batch_window_s",
+                                                                BATCH_WINDOW_S))
         # A diagnostic: sample with the adapter's dropout on, as TRL's GRPOTrainer does (its
         # model stays in training mode while it generates). The rollout then samples another
         # policy than the actor's, which the rollout-policy check reports.
@@ -268,7 +273,7 @@ class HFServer:
 
         while self.pending:
             # verl sends a step's requests together: let the rest of them arrive.
-            await asyncio.sleep(BATCH_WINDOW_S)
+            await asyncio.sleep(self.batch_window_s)
             batch = self._next_batch()
             try:
                 outputs = await self._on_torch_thread(self._generate, batch)
