@@ -44,7 +44,7 @@ export KEDRO_DISABLE_TELEMETRY ?= true
 VLLM_PARSER ?= $(HOME)/.cache/rl_pipeline/vllm-0.24.0-parser
 export RL_PIPELINE_VLLM_PARSER := $(VLLM_PARSER)
 
-.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light vllm-set benchmarks bench-cpu-run bench-verl-math bench-ranks lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
+.PHONY: run test test-fast install model vllm-parser lock lock-check wheelhouse gpu-kit gpu-first-light vllm-set benchmarks bench-cpu-run bench-verl-math bench-ranks bench-forecast lint ui viz viz-png clean-venv airflow-dags airflow-check airflow-test
 
 # SmolLM2 only for conf/cpu: a GPU run's model comes from its catalog (hub or a folder).
 run: install $(if $(filter cpu,$(ENV)),model)
@@ -97,6 +97,11 @@ bench-verl-math: install model
 # and two, same seed (about 16 minutes): step by step, to docs/benchmarks.md.
 bench-ranks: install model
 	$(BIN)/python benchmarks/bench_ranks.py $(ARGS)
+
+# Preflight's forecast of a CPU run against what it took: TRL, verl, verl on 2 ranks, whole
+# runs one after the other (about 40 minutes on 2 cores; docs/benchmarks.md).
+bench-forecast: install model
+	$(BIN)/python benchmarks/bench_forecast.py $(ARGS)
 
 # kedro-mlflow shells out to the `mlflow` executable, so it must be on PATH.
 ui: install

@@ -19,11 +19,23 @@ GSM8K_TEST = PROJECT_ROOT / "data/01_raw/gsm8k/test.jsonl"
 SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Folders made once per test session (see resolved_cache), for code that takes no fixtures.
 _SESSION_FOLDERS: dict[str, Path] = {}
-# Modules that start Ray clusters, verl's own trainer or a Ray-placed driver: run one at a
-# time, on one pytest-xdist worker, so that two clusters never compete for 2 cores.
-RAY_MODULES = {"tests/engines/verl/test_cpu.py", "tests/engines/verl/test_collective.py",
-               "tests/gpu_boundary/test_ray_cluster_run.py",
-               "tests/gpu_boundary/test_verl_driver.py"}
+# Modules that start verl's trainer, Ray clusters or a Ray-placed driver. They run as one
+# unit, in order, on one pytest-xdist worker (the other takes the rest): two verl runs at
+# once on 2 cores thrash (in a CI run that tried it, each of these tests took 1.3-3x its
+# time alone, and the 2-node run outlived its 10 minutes).
+RAY_MODULES = ["tests/gpu_boundary/test_ray_cluster_run.py", "tests/engines/verl/test_cpu.py",
+               "tests/engines/verl/test_collective.py",
+               "tests/gpu_boundary/test_verl_driver.py"]
+# The longest of the other modules, longest first (seconds of a CI run, 2026-11-26): handed
+# out first, so that the two workers finish together (longest-processing-time-first).
+# Re-measure with `make test ARGS=--durations=0`.
+LONGEST_MODULES = ["tests/test_faults.py",  # 333
+                   "tests/test_run.py",  # 306
+                   "tests/test_user_errors.py",  # 105
+                   "tests/engines/trl/test_engine.py",  # 105
+                   "tests/test_first_session.py",  # 89
+                   "tests/test_gpu_kit.py",  # 82
+                   "tests/test_scheduling.py"]  # 75
 
 
 @pytest.fixture(autouse=True)
@@ -58,26 +70,36 @@ def _one_environ():
 SLOW_REPORT_SECONDS = 10.0
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each module whole on one worker (its module fixtures, a Ray cluster included, set up
+    once), the RAY_MODULES as one unit; units handed out in collection order (pyproject's
+    addopts: ``--dist loadscope --no-loadscope-reorder``).
+
+    Written here because ``--dist loadgroup`` does not group under pytest 9 (xdist names an
+    item's group by rewriting ``item._nodeid``, which pytest 9 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return "ray" if module in RAY_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (pyproject's addopts) each module was to run whole on one
-    worker, the RAY_MODULES as one group, handed out first.
-
-    Not so with pytest 9 and pytest-xdist 3.8: xdist names an item's group by rewriting
-    ``item._nodeid``, which pytest 9 no longer reads (``nodeid`` is built from ``_id``), so
-    every test is scheduled on its own and a module's tests, Ray modules included, run on
-    both workers, each setting up the module's fixtures (found 2026-11-26; the Ray tests
-    therefore keep their clusters off fixed ports). The marks stay for when xdist reads them.
-    """
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
-    # Stable, and a module's tests kept together: pytest reorders items around a parametrized
-    # fixture, and a Ray module split in two tears its cluster down and builds it again.
-    modules = list(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))
-    items.sort(key=lambda item: (item.nodeid.split("::", 1)[0] not in RAY_MODULES,
-                                 modules.index(item.nodeid.split("::", 1)[0])))
+    """The RAY_MODULES first, then the LONGEST_MODULES, then the rest in collection order;
+    a module's tests together (pytest reorders items around a parametrized fixture, and a
+    unit is handed out where its first test stands)."""
+    modules = list(dict.fromkeys(_module(item.nodeid) for item in items))
+    first = RAY_MODULES + LONGEST_MODULES
+    rank = {m: i for i, m in enumerate(first + [m for m in modules if m not in first])}
+    items.sort(key=lambda item: rank[_module(item.nodeid)])
     _guard_projects()
 
 
@@ -279,7 +301,7 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
     prompts, the model, and the groups as Kedro would hand them (typed, validated)."""
     from kedro.io import DataCatalog, MemoryDataset
 
-    from rl_pipeline.params import DataParams, RewardParams, resolve_followers
+    from rl_pipeline.params import DataParams, EvalParams, RewardParams, resolve_followers
     from rl_pipeline.params.train import TrainParams
     from tests.catalogs import KeptDataset
 
@@ -300,7 +322,7 @@ def train_catalog(model: Path, folder: Path, train: dict[str, Any],
     # ... with their followers resolved, as WholeConfigurationHook hands them.
     groups = resolve_followers({"train": TrainParams.model_validate(train),
                                 "data": DataParams.model_validate(data or {}),
-                                "reward": RewardParams()})
+                                "reward": RewardParams(), "eval": EvalParams()})
     for name, group in groups.items():
         catalog[f"params:{name}"] = group
     return catalog

@@ -35,6 +35,12 @@ def make_project(root: Path) -> Path:
     folders = project / "conf/base/globals.yml"
     folders.write_text(folders.read_text().replace("resolved_models: data/06_models/resolved",
                                                    f"resolved_models: {resolved_cache_dir()}"))
+    # No forecast (its calibration: 10-25 s of a run with SmolLM2) unless a test asks for it
+    # (--params train.forecast=true): the tests of other things would pay for it.
+    train = project / "conf/base/parameters_train.yml"
+    text = train.read_text().replace("\ntrain: {}\n", "\ntrain: {forecast: false}\n")
+    assert "forecast: false" in text, f"{train} no longer ends in 'train: {{}}'"
+    train.write_text(text)
     (project / "conf/local").mkdir()
     shutil.copytree(PROJECT_ROOT / "scripts", project / "scripts")
     (project / "src").mkdir()  # the package itself is installed in the environment

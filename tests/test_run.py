@@ -22,6 +22,7 @@ from kedro.io.core import Version
 from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
+from rl_pipeline.engines.forecast import FIRST_STEP_METRIC
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE
 from rl_pipeline.model_card import check_manifest
 from rl_pipeline.training_rollouts import PREFIX, TABLE
@@ -103,11 +104,19 @@ def test_default_run_is_tracked_in_mlflow(default_run) -> None:
 
 
 def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path) -> None:
-    result = kedro_run(default_run, "--pipelines", "preflight", "--params", SMOLLM2, env=None)
+    result = kedro_run(default_run, "--pipelines", "preflight", "--params",
+                       f"{SMOLLM2},train.forecast=true,train.price_per_device_hour=2.5",
+                       env=None)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reporting = default_run / "data/08_reporting"
     report = json.loads((reporting / "preflight_report.json").read_text())
     assert report["engine"] == "verl" and report["training"] is False
+    # 8 GPUs that are not here: the forecast is arithmetic, an estimate for an assumed GPU.
+    forecast = report["forecast"]
+    assert forecast["basis"].startswith("estimate: arithmetic for H100 (no GPU named here")
+    assert forecast["devices"] == 8 and forecast["steps"] == 7 * (7473 // 512)
+    assert forecast["cost"] == pytest.approx(2.5 * forecast["device_hours"], abs=0.01)
+    assert "Forecast (estimate" in result.stdout + result.stderr
     assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2,
                                   "device": "cuda"}
     assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0  # the reward self-test
@@ -223,7 +232,9 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
     commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    result = kedro_run(project, "--params", SHORT)
+    # The forecast too: tests/projects.py turns it off in the other tests' projects.
+    params = f"{SHORT},train.forecast=true"
+    result = kedro_run(project, "--params", params)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
     assert list(metrics) == ["base", "trained"]
@@ -253,7 +264,7 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert len({r.data.tags["run_id"] for r in runs}) == 5  # Kedro's run (session) id
     # The command typed, on every stage's run; kedro-mlflow's one-stage command beside it.
     assert {r.data.tags["kedro_command"] for r in runs} == {
-        shlex.join(["kedro", "run", "--env", "cpu", "--params", SHORT])}
+        shlex.join(["kedro", "run", "--env", "cpu", "--params", params])}
     assert [r.data.tags["stage_command"] for r in runs] == [
         f"kedro run --pipeline={stage}" for stage in ("data_prep", "train", "merge", "eval",
                                                       "promote")]
@@ -300,6 +311,16 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
         train.info.run_id, f"train/{PREFIX}count")} == {8.0}
     assert any(k.startswith("profiling/Time taken: GRPOTrainer.transformers.generate")
                for k in train.data.metrics)
+    # The preflight's forecast (a calibration on this machine) against the run: the first
+    # step in the log and as a metric, the whole training time beside its forecast.
+    for key in ("preflight.forecast/step_s", "preflight.forecast/train_s",
+                "preflight.forecast/eval_s", "preflight.forecast/peak_memory_gib",
+                "preflight.forecast/disk_gib", "train.forecast/train_s", "train.actual/train_s",
+                "train.forecast/train_ratio"):
+        assert train.data.metrics[key] > 0, key
+    assert [m.step for m in client.get_metric_history(train.info.run_id,
+                                                      FIRST_STEP_METRIC)] == [1]
+    assert re.search(r"step 1 took [\d.]+ s, forecast [\d.]+ s", result.stdout + result.stderr)
     assert "train/reward_curve.png" in {a.path for a in client.list_artifacts(
         train.info.run_id, "train")}
     assert merge.data.metrics["merge.max_abs_diff"] <= merge.data.metrics["merge.tolerance"]

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rl_pipeline.engines.work import StepWork
 from rl_pipeline.params import DataParams, RewardParams, TrainParams
 
 
@@ -46,6 +47,7 @@ class Preflight:
     """A checked configuration: what :meth:`Engine.train` needs and what to show a reviewer.
 
     ``plan`` is JSON (the ``train_plan`` catalog entry): the engine's name and its launch.
+    ``work``: what each step does, for the forecast (None: the engine gives none).
     """
 
     plan: dict[str, Any]
@@ -53,6 +55,7 @@ class Preflight:
     config_yaml: str
     command: str
     metrics: dict[str, float] = field(default_factory=dict)
+    work: StepWork | None = None
 
 
 @dataclass

@@ -12,9 +12,10 @@ from typing import Any
 import torch
 
 from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.engines.forecast import forecast_lines, forecast_run
 from rl_pipeline.engines.lookup import choose_engine, get_engine
 from rl_pipeline.engines.run_identity import CheckpointRoot, RunIdentity, run_identity
-from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
@@ -28,9 +29,11 @@ Preflight = tuple[dict[str, Any], dict[str, Any], str, str, Metrics]
 
 def run_preflight(train_prompts_file: str, val_prompts_file: str, base_model: str,
                   train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                  data: DataParams, reward: RewardParams, *, training: bool) -> Preflight:
+                  data: DataParams, reward: RewardParams, eval_params: EvalParams | None = None,
+                  *, training: bool) -> Preflight:
     """Check the training configuration with the engine ``train.engine`` names (or picks);
-    ``training``: this machine must also have what the engine needs to train."""
+    ``training``: this machine must also have what the engine needs to train. Then, with
+    ``train.forecast``, forecast the run's time and cost and its eval's (``eval_params``)."""
     name, why = choose_engine(train.engine, torch.cuda.device_count(),
                               train.ray_address or os.environ.get("RAY_ADDRESS") or None)
     logger.info("Engine: %s (%s)", name, why)
@@ -42,8 +45,18 @@ def run_preflight(train_prompts_file: str, val_prompts_file: str, base_model: st
     report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
               "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
               **checked.report}
-    metrics = mlflow_metrics({**checked.metrics, "train_prompts": setup.train_rows})
     plan = {**checked.plan, "identity": identity.fingerprint}
+    extra: dict[str, float] = {}
+    if train.forecast and checked.work is not None:
+        forecast = forecast_run(setup, checked.work, eval_params or EvalParams())
+        report["forecast"] = plan["forecast"] = forecast
+        if "step_s" in forecast:
+            logger.info(forecast_lines(forecast))
+            extra = {f"forecast/{k}": forecast[k] for k in (
+                "train_s", "eval_s", "peak_memory_gib", "disk_gib", "device_hours", "cost")
+                if forecast.get(k) is not None}
+            extra["forecast/step_s"] = forecast["step_s"]["total"]
+    metrics = mlflow_metrics({**checked.metrics, **extra, "train_prompts": setup.train_rows})
     return plan, report, checked.config_yaml, checked.command, metrics
 
 

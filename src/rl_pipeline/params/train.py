@@ -55,6 +55,16 @@ class TrainParams(ParamGroup):
         "table train/rollouts.json (prompt, response, reward and its parts, with the step): "
         "the first ones of the step, a whole group when it is the group size. 0: none. "
         "The step's degeneration rates are logged over all of its rollouts either way.")
+    forecast: bool = Field(
+        True, description="Preflight forecasts the run's time per step, training and eval "
+        "time, peak memory, disk and cost (docs/benchmarks.md, 'Forecast against actual'). "
+        "On a CPU it first measures this machine on the configured model: one step's "
+        "rollout, a forward and a backward pass, an eval batch (about 20 s with SmolLM2 on "
+        "2 cores); on GPUs it is arithmetic on documented assumptions, an estimate. false: "
+        "no forecast.")
+    price_per_device_hour: float | None = Field(
+        None, ge=0, description="What a device-hour costs (a GPU's, or the machine's on a "
+        "CPU), in any currency: the forecast's cost is device-hours times it. null: no cost.")
     verl: VerlParams = Field(default_factory=VerlParams, description="The verl engine.")
     trl: TrlParams = Field(default_factory=TrlParams, description="The trl engine.")
 

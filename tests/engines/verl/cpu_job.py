@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from rl_pipeline.engines.verl.config import LaunchInputs
+from rl_pipeline.engines.verl.config import LaunchInputs, first_step_override
 from rl_pipeline.engines.verl.engine import train_verl
 from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
@@ -47,7 +47,8 @@ def main(job_file: str) -> None:
                      gpus_visible=0, training=True, train_rows=16)
     out = Path(job_file + ".out.json")
     try:
-        run = train_verl(plan.overrides, job["run_id"],
+        forecast = job.get("first_step_forecast_s")
+        run = train_verl([*plan.overrides, *first_step_override(forecast)], job["run_id"],
                          max_probs_diff=verl.rollout_max_probs_diff,
                          min_probs_pearson=verl.rollout_min_probs_pearson)
     except Exception as exc:  # the test reads what stopped it

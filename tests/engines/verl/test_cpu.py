@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from rl_pipeline.engines.forecast import FIRST_STEP_METRIC
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.agreement import agreement_report
 from rl_pipeline.engines.verl.checkpoint import export_result
@@ -85,6 +87,33 @@ def test_cpu_preflight_refuses_what_the_cpu_mode_cannot_run(inputs) -> None:
                      "train.verl.rollout_tensor_model_parallel_size=2: at most "
                      "trainer_n_gpus_per_node with device: cpu"):
         assert expected in message, message
+
+
+def test_a_cpu_plan_describes_its_steps_for_the_forecast(inputs) -> None:
+    from rl_pipeline.engines.verl.plan import step_work
+
+    verl = VerlParams(**{**CPU_VERL, "total_training_steps": 6, "trainer_save_freq": 4,
+                         "trainer_max_actor_ckpt_to_keep": 1})
+    plan = plan_verl(verl, DataParams(data_max_response_length=32), RewardParams(), inputs,
+                     gpus_visible=0, training=True, train_rows=16)
+    work = step_work(plan.config, plan.report["host"], verl)
+    assert (work.engine, work.steps, work.prompts, work.completions, work.response_cap) == \
+        ("verl", 6, 4, 4, 32)
+    # verl recomputes the old log-probs every step; the spec's KL loss adds a reference pass.
+    assert (work.log_prob_passes, work.update_passes, work.recompute) == (2.0, 1.0, True)
+    assert (work.device, work.devices, work.tensor_parallel, work.dtype) == \
+        ("cpu", 1, 1, "float32")
+    assert work.lora == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05,
+                         "target_modules": "all-linear"}
+    # Saved at steps 4 and 6, one kept, of the size the disk check used; the base model's
+    # weights sized from its files.
+    assert (work.saves, work.checkpoints_kept) == (2, 1)
+    assert work.checkpoint_gib == plan.report["host"]["plan"]["checkpoint_gib"]
+    assert work.model_gib > 0
+    no_kl = VerlParams(**{**CPU_VERL, "actor_use_kl_loss": False})
+    plan = plan_verl(no_kl, DataParams(), RewardParams(), inputs, gpus_visible=0,
+                     training=True, train_rows=16)
+    assert step_work(plan.config, plan.report["host"], no_kl).log_prob_passes == 1.0
 
 
 def test_a_log_prob_micro_batch_that_does_not_divide_each_gpus_share_is_refused(
@@ -151,13 +180,15 @@ def _new_run(uri: str, name: str) -> str:
     return run.info.run_id
 
 
-def _job(bed: dict, name: str, checkpoints: Path, **verl) -> tuple[Path, str]:
+def _job(bed: dict, name: str, checkpoints: Path,
+         first_step_forecast_s: float | None = None, **verl) -> tuple[Path, str]:
     run_id = _new_run(bed["tracking_uri"], name)
     job = bed["root"] / f"{name}.json"
     job.write_text(json.dumps({
         **{k: bed[k] for k in ("tracking_uri", "model_path", "train_files", "val_files",
                                "reward")},
         "checkpoints": str(checkpoints), "run_id": run_id,
+        "first_step_forecast_s": first_step_forecast_s,
         "verl": {"actor_optim_lr": LEARNING_RATE, **CPU_THRESHOLDS, **verl}}))
     return job, run_id
 
@@ -198,13 +229,23 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
     killed_at = _newest(checkpoints)
     assert 1 <= killed_at < steps
 
+    # A forecast the first step will overrun: the warning, as a user on a busy machine sees it.
     second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps,
+                              first_step_forecast_s=0.01,
                               overrides=[f"+actor_rollout_ref.rollout.custom.hf_rollout."
                                          f"agreement_dir={cpu_bed['root'] / 'agreement'}"])
     rerun = _start(second)
     assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
     summary = json.loads(Path(f"{second}.out.json").read_text())["summary"]
     assert summary["resumed_from_step"] == killed_at and summary["steps"] == steps
+    # This run's first step against the forecast: logged once (from verl's trainer, in its
+    # Ray actor) and an MLflow metric at that step.
+    took = _history(cpu_bed["tracking_uri"], second_run, FIRST_STEP_METRIC)
+    assert list(took) == [killed_at + 1] and took[killed_at + 1] > 0.02
+    log = Path(f"{second}.log").read_text()
+    assert re.search(rf"step {killed_at + 1} took [\d.]+ s, forecast 0\.0 s: [\d.]+x the "
+                     "forecast", log), log[-3000:]
+    assert len(re.findall(r"step \d+ took", log)) == 1
     # verl's own metrics: the killed attempt logged the steps it finished, the rerun the
     # rest, each once: nothing redone, nothing skipped.
     first_steps = set(_history(cpu_bed["tracking_uri"], first_run, "critic/score/mean"))

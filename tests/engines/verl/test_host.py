@@ -12,13 +12,13 @@ from rl_pipeline.engines.verl import plan as verl_plan
 from rl_pipeline.engines.verl.config import compose_verl_config
 from rl_pipeline.engines.verl.host import (
     DriverError,
-    ModelFacts,
     disk_plan,
     local_cpus,
     memory_plan,
     ray_cpus_needed,
 )
 from rl_pipeline.engines.verl.plan import plan_verl
+from rl_pipeline.models.facts import ModelFacts
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from tests.verl_inputs import SMALL

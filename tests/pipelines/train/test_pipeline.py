@@ -53,6 +53,13 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
     assert sorted(p.name for p in folder.glob("checkpoint-*")) == \
         ["checkpoint-1", "checkpoint-2"]
     assert outputs["train_metrics"].load()["steps"]["value"] == 2.0
+    # Preflight's forecast (a calibration with the tiny model) beside the actual time.
+    forecast = report["forecast"]
+    assert forecast["basis"] == "calibrated on this machine" and forecast["steps"] == 2
+    numbers = outputs["train_metrics"].load()
+    assert numbers["actual/train_s"]["value"] > 0
+    assert numbers["forecast/train_ratio"]["value"] == pytest.approx(
+        numbers["actual/train_s"]["value"] / numbers["forecast/train_s"]["value"], rel=1e-3)
     assert isinstance(outputs["reward_curve"].load(), Figure)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -9,7 +10,9 @@ import time
 import numpy as np
 from transformers import TrainerCallback
 
+logger = logging.getLogger(__name__)
 _METRIC_NAME = re.compile(r"[^\w\-./ ]")
+
 
 class StepLogger(TrainerCallback):
     """Logs each logged step's metrics to the active MLflow run as they happen.
@@ -19,16 +22,28 @@ class StepLogger(TrainerCallback):
     the parameters under their spec names, so only metrics are sent, prefixed ``train/``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, first_step_forecast_s: float | None = None) -> None:
         self.history: list[dict[str, float]] = []
         self._started = 0.0
         self._step_seconds: list[float] = []
+        self._first_step_forecast_s = first_step_forecast_s  # logged against the first step
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         self._started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         self._step_seconds.append(time.perf_counter() - self._started)
+        if self._first_step_forecast_s:
+            import mlflow
+
+            from rl_pipeline.engines.forecast import FIRST_STEP_METRIC, first_step_message
+
+            seconds = self._step_seconds[-1]
+            logger.log(*first_step_message(state.global_step, seconds,
+                                           self._first_step_forecast_s))
+            if mlflow.active_run() is not None:
+                mlflow.log_metric(FIRST_STEP_METRIC, seconds, step=state.global_step)
+            self._first_step_forecast_s = None  # the first step of this run only
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         import mlflow

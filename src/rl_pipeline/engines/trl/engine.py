@@ -18,7 +18,7 @@ import pandas as pd
 
 from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
 from rl_pipeline.engines.trl.export import export_result
-from rl_pipeline.engines.trl.preflight import plan_trl
+from rl_pipeline.engines.trl.preflight import plan_trl, step_work
 from rl_pipeline.engines.trl.train import train_trl
 
 
@@ -35,14 +35,17 @@ class TrlEngine(Engine):
         command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
                    "kedro run --pipelines train --params train.engine=trl\n")
         return Preflight(plan={"engine": self.name}, report=report, config_yaml=config_yaml,
-                         command=command)
+                         command=command,
+                         work=step_work(params, setup.train_rows, setup.base_model))
 
     def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame, run_id: str | None) -> TrainRun:
         run = train_trl(setup.train.trl, setup.reward, train_prompts,
                         val_prompts, setup.base_model, setup.checkpoints_dir,
                         resume=setup.train.resume,
-                        rollouts_per_step=setup.train.rollouts_logged_per_step)
+                        rollouts_per_step=setup.train.rollouts_logged_per_step,
+                        first_step_forecast_s=(plan.get("forecast") or {}).get(
+                            "first_step_s"))
         run.summary["mlflow_run_id"] = run_id
         return run
 

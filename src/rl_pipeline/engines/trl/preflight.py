@@ -11,6 +11,7 @@ import torch
 from rl_pipeline.engines.problems import PreflightError, Problem, model_code_problem
 from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import plain
+from rl_pipeline.engines.work import StepWork
 from rl_pipeline.params import RewardParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.rewards import build_reward
@@ -93,3 +94,41 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     if problems:
         raise PreflightError(problems)
     return report, config_yaml
+
+
+def step_work(params: TrlParams, train_rows: int, model_path: str) -> StepWork:
+    """What each step of this trl run does (the forecast's input).
+
+    GRPOTrainer generates one batch of per_device_train_batch_size x
+    gradient_accumulation_steps completions and optimises on it num_iterations times, one
+    step each; the old log-probabilities (num_iterations > 1) and the reference's (beta > 0)
+    are one forward pass each per generated batch."""
+    from rl_pipeline.models.facts import GiB, ModelFacts
+
+    sequences = params.per_device_train_batch_size * params.gradient_accumulation_steps
+    prompts = max(1, sequences // params.num_generations)
+    steps = params.max_steps if params.max_steps > 0 else int(
+        -(-train_rows // prompts) * params.num_iterations * params.num_train_epochs)
+    rank = params.lora_rank if params.apply_lora else 0
+    facts = ModelFacts.read(model_path, rank, params.lora_target_modules)
+    trainable = (facts.lora_parameters if rank else facts.parameters) if facts else 0
+    # The adapter (or the model) in float32 and Adam's two moments.
+    checkpoint = (4 * trainable + 8 * trainable) / GiB
+    saves = steps // params.save_steps
+    cuda = torch.cuda.is_available()
+    return StepWork(
+        engine="trl", steps=steps, prompts=prompts, completions=params.num_generations,
+        response_cap=int(params.max_completion_length or 256),
+        rollouts_per_step=1 / params.num_iterations,
+        log_prob_passes=(int(params.num_iterations > 1) + int(params.beta > 0))
+        / params.num_iterations,
+        update_passes=1.0, recompute=False, temperature=params.temperature,
+        top_p=params.top_p, top_k=-1, seed=params.seed,
+        dtype="bfloat16" if cuda else "float32",
+        lora={"r": params.lora_rank, "lora_alpha": params.lora_alpha,
+              "lora_dropout": params.lora_dropout,
+              "target_modules": params.lora_target_modules} if rank else None,
+        device="cuda" if cuda else "cpu", devices=1, tensor_parallel=1, saves=saves,
+        checkpoint_gib=checkpoint,
+        checkpoints_kept=min(saves, params.save_total_limit or saves),
+        model_gib=(facts.bytes_on_disk / GiB) if facts else 0.0)

@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFrame,
               val_prompts: pd.DataFrame | None, model_path: str, output_dir: str | Path,
               callbacks: Sequence[TrainerCallback] = (), resume: str = "auto",
-              rollouts_per_step: int = 0) -> TrainRun:
+              rollouts_per_step: int = 0, first_step_forecast_s: float | None = None,
+              ) -> TrainRun:
     """Train, resuming from the newest checkpoint in ``output_dir`` when there is one; a run
     whose newest checkpoint is its last step is complete and trains no further.
 
@@ -46,6 +47,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
             a checkpoint folder to resume from.
         rollouts_per_step: ``train.rollouts_logged_per_step``: rollouts of each step kept
             in the train run's table (:mod:`rl_pipeline.training_rollouts`).
+        first_step_forecast_s: The preflight's forecast of the first step, which its time is
+            logged against (None: no forecast).
 
     Returns:
         The run: its summary, the logged history, the checkpoint folder.
@@ -68,7 +71,7 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    step_logger = StepLogger()
+    step_logger = StepLogger(first_step_forecast_s)
     trainer = trainer_class(params.algorithm_adv_estimator)(
         model=model_path, args=config,
         reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),

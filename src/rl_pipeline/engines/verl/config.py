@@ -126,6 +126,14 @@ MAPPING: tuple[Mapping, ...] = (
 LEGACY_TRAINER_ESTIMATORS = ("remax",)
 # Our settings inside verl's config, read by our trainer (engines.verl.trainer): not verl's.
 TRAINER_SETTINGS = "trainer.rl_pipeline"
+
+
+def first_step_override(seconds: float | None) -> list[str]:
+    """The setting our trainer logs the first step's time against (the forecast of that
+    step; :mod:`rl_pipeline.engines.verl.trainer`); none without a forecast."""
+    return [f"+{TRAINER_SETTINGS}.first_step_forecast_s={seconds}"] if seconds else []
+
+
 # pypi_packages_override is no verl key: it becomes the Ray workers' runtime_env.
 NOT_VERL_KEYS = ("pypi_packages_override",)
 # The reward entry point verl loads: it runs the `reward` group's function (one source of

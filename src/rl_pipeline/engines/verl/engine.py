@@ -17,9 +17,11 @@ from omegaconf import OmegaConf
 from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
 from rl_pipeline.engines.verl.checkpoint import export_result, latest_step
 from rl_pipeline.engines.verl.config import (
+    TRAINER_SETTINGS,
     LaunchInputs,
     command_line,
     compose_verl_config,
+    first_step_override,
     judge_overrides,
     run_id_override,
 )
@@ -30,7 +32,12 @@ from rl_pipeline.engines.verl.failures import (
     explain_worker_failure,
     worker_placement,
 )
-from rl_pipeline.engines.verl.plan import plan_verl, planned_steps, resolved_config_yaml
+from rl_pipeline.engines.verl.plan import (
+    plan_verl,
+    planned_steps,
+    resolved_config_yaml,
+    step_work,
+)
 from rl_pipeline.engines.verl.rollout_check import check_rollout_policy, read_agreement
 
 logger = logging.getLogger(__name__)
@@ -152,7 +159,6 @@ def train_verl(overrides: list[str], run_id: str | None,
 def _write_initial_adapter(config: Any) -> None:
     """The adapter verl starts from when ``train.verl.actor_model_lora_dropout`` is set
     (:mod:`rl_pipeline.engines.verl.lora`): written before verl's workers read it."""
-    from rl_pipeline.engines.verl.config import TRAINER_SETTINGS
     from rl_pipeline.engines.verl.lora import write_initial_adapter
 
     dropout = (OmegaConf.select(config, TRAINER_SETTINGS) or {}).get("lora_dropout")
@@ -222,12 +228,14 @@ class VerlEngine(Engine):
             metrics={"resolved_trainer_n_gpus_per_node": plan.hardware.gpus_per_node,
                      "resolved_trainer_nnodes": plan.hardware.nnodes,
                      "resolved_rollout_tensor_model_parallel_size":
-                         plan.hardware.tensor_parallel})
+                         plan.hardware.tensor_parallel},
+            work=step_work(plan.config, plan.report.get("host", {}), params.verl))
 
     def train(self, plan: dict[str, Any], setup: TrainSetup, train_prompts: Any,
               val_prompts: Any, run_id: str | None) -> TrainRun:
         # verl reads the prompt files itself (plan["overrides"] name them).
-        return train_verl(plan["overrides"], run_id,
+        forecast = (plan.get("forecast") or {}).get("first_step_s")
+        return train_verl([*plan["overrides"], *first_step_override(forecast)], run_id,
                           placement_timeout_s=setup.train.ray_placement_timeout_s,
                           max_probs_diff=setup.train.verl.rollout_max_probs_diff,
                           min_probs_pearson=setup.train.verl.rollout_min_probs_pearson)

@@ -10,17 +10,16 @@ out in the problem so that a user can see which number to change. The sizes foll
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig
 
+from rl_pipeline.engines.nvidia import nvidia_smi_query
+from rl_pipeline.models.facts import CUDA_CONTEXT_GIB, MERGE_COPIES, GiB, ModelFacts
 from rl_pipeline.params import ConfigError
 
 # torch 2.11 (the lock) pulls CUDA 13 libraries and vLLM 0.24's compiled core links
@@ -32,7 +31,6 @@ DRIVER_HELP = (
     "(cuda-compat-13-0) beside the older driver. The locked stack has no CUDA 12 build on "
     "the package index (docs/gpu.md, 'The NVIDIA driver'). Without a GPU stack, train with "
     "TRL: train.engine: trl.")
-GiB = 2**30
 # verl 0.9.1's Ray placement: a worker bundle of max_colocate_count (3) CPUs per GPU
 # (single_controller/ray/base.py), TransferQueue's controller and storage units at one CPU
 # each (transfer_queue/controller.py, storage/simple_storage.py), and one CPU free for the
@@ -41,75 +39,19 @@ GiB = 2**30
 CPUS_PER_GPU = 3
 TQ_CONTROLLER_CPUS = 1
 SCHEDULING_CPUS = 1
-# A CUDA context and the allocator's slack, per process on a GPU (the actor's and vLLM's).
-CUDA_CONTEXT_GIB = 1.0
 # vLLM asleep (level 1, free_cache_engine: true, forced with LoRA): weights in host memory,
 # the KV cache freed; what stays is its CUDA context and graphs.
 VLLM_ASLEEP_GIB = 1.0
-# The merged model and the adapter export sit beside the checkpoints: twice the model in
-# its own dtype, plus eval's generations (small).
-MERGE_COPIES = 2
 
 
 class DriverError(ConfigError):
     """The NVIDIA driver is too old for the locked CUDA 13 stack."""
 
 
-@dataclass(frozen=True)
-class ModelFacts:
-    """What the estimates need from the base model's folder (config.json, safetensors
-    headers): parameter count, bytes on disk, and the shapes that size the activations."""
-
-    parameters: int
-    bytes_on_disk: int
-    vocab_size: int
-    hidden_size: int
-    layers: int
-    lora_parameters: int  # at the configured rank and target modules
-
-    @classmethod
-    def read(cls, model_path: str, lora_rank: int, target_modules: Any) -> ModelFacts | None:
-        """The facts of the model folder at ``model_path``, or None when it holds no
-        config.json and safetensors (a hub id not yet fetched)."""
-        folder = Path(model_path)
-        files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-        if not files or not (folder / "config.json").is_file():
-            return None
-        from safetensors import safe_open
-
-        config = json.loads((folder / "config.json").read_text())
-        config = config.get("text_config", config)
-        targets = _targets(target_modules)
-        parameters = lora = 0
-        for file in files:
-            with safe_open(str(file), "pt") as f:
-                for name in f.keys():  # noqa: SIM118 (safe_open is no mapping)
-                    shape = f.get_slice(name).get_shape()
-                    numel = 1
-                    for dim in shape:
-                        numel *= dim
-                    parameters += numel
-                    if lora_rank and len(shape) == 2 and _is_lora_target(name, targets):
-                        lora += lora_rank * (shape[0] + shape[1])
-        return cls(parameters=parameters, bytes_on_disk=sum(f.stat().st_size for f in files),
-                   vocab_size=int(config["vocab_size"]),
-                   hidden_size=int(config["hidden_size"]),
-                   layers=int(config["num_hidden_layers"]), lora_parameters=lora)
-
-
 def driver_version() -> str | None:
     """The NVIDIA driver version ``nvidia-smi`` reports (e.g. ``580.95.05``), or None where
     there is no nvidia-smi or it fails (no driver loaded)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    versions = [line.strip() for line in out.splitlines() if line.strip()]
-    return versions[0] if versions else None
+    return nvidia_smi_query("driver_version")
 
 
 def driver_problem(version: str | None, where: str = "this machine") -> str | None:
@@ -338,24 +280,3 @@ def memory_problem(plan: MemoryPlan, gpu_gib: float) -> str | None:
             f"resident {plan.actor_static_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB context = "
             f"{plan.rollout_peak_gib:.1f} GiB. Lower rollout_gpu_memory_utilization or turn "
             "on actor_fsdp_config_offload_policy")
-
-
-def _targets(target_modules: Any) -> list[str] | None:
-    """LoRA's target modules as names, or None for all linear layers (all-linear, a regex)."""
-    if isinstance(target_modules, str):
-        inner = target_modules.strip()
-        if inner.startswith("[") and inner.endswith("]"):
-            return [t.strip().strip("'\"") for t in inner[1:-1].split(",") if t.strip()]
-        return None
-    if target_modules is None:
-        return None
-    return [str(t) for t in target_modules]
-
-
-def _is_lora_target(name: str, targets: list[str] | None) -> bool:
-    """Whether the weight ``name`` is a linear layer LoRA wraps (all-linear leaves out the
-    embeddings and the output head, as peft does)."""
-    if not name.endswith(".weight") or "layers." not in name or "norm" in name:
-        return False
-    module = name.rsplit(".", 2)[-2]
-    return targets is None or module in targets

@@ -49,7 +49,6 @@ from rl_pipeline.engines.verl.config import (
     spec_values,
 )
 from rl_pipeline.engines.verl.host import (
-    ModelFacts,
     check_driver,
     disk_plan,
     disk_problem,
@@ -73,6 +72,8 @@ from rl_pipeline.engines.verl.preflight import (
     requirements,
     resolve_hardware,
 )
+from rl_pipeline.engines.work import StepWork
+from rl_pipeline.models.facts import GiB, ModelFacts, lora_target_names
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
@@ -207,6 +208,51 @@ def planned_steps(config: DictConfig) -> int:
 
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _files(config.data.train_files))
     return rows // config.data.train_batch_size * config.trainer.total_epochs
+
+
+def step_work(config: DictConfig, host: dict[str, Any], verl: VerlParams) -> StepWork | None:
+    """What each step of this verl run does (the forecast's input), from the composed config
+    and the preflight's host plan; None where the plan could not count the steps.
+
+    A step generates train_batch_size x rollout.n responses, recomputes their old
+    log-probabilities (verl's actor always does), adds a reference pass with a KL term,
+    and updates the actor ppo_epochs times over the batch."""
+    plan = host.get("plan") or {}
+    if "steps" not in plan:
+        return None
+    arr = config.actor_rollout_ref
+    model, rollout, actor = arr.model, arr.rollout, arr.actor
+    facts = ModelFacts.read(model.path, model.lora_rank, model.target_modules)
+    dtype = str(rollout.dtype) if str(rollout.dtype) in ("float32", "bfloat16") else "float32"
+    memory = host.get("gpu_memory")
+    steps = int(plan["steps"])
+    return StepWork(
+        engine="verl", steps=steps, prompts=int(config.data.train_batch_size),
+        completions=int(rollout.n), response_cap=int(config.data.max_response_length),
+        rollouts_per_step=1.0,
+        log_prob_passes=1.0 + float(bool(actor.use_kl_loss
+                                          or config.algorithm.use_kl_in_reward)),
+        update_passes=float(actor.ppo_epochs),
+        recompute=bool(model.enable_gradient_checkpointing),
+        temperature=float(rollout.temperature), top_p=float(rollout.top_p),
+        top_k=int(rollout.top_k), seed=verl.seed, dtype=dtype,
+        lora={"r": int(model.lora_rank), "lora_alpha": int(model.lora_alpha),
+              "lora_dropout": verl.actor_model_lora_dropout,
+              # peft takes all-linear or a regex as verl does, a list as names
+              "target_modules": lora_target_names(model.target_modules)
+              or str(model.target_modules)}
+        if model.lora_rank > 0 else None,
+        device=str(config.trainer.device),
+        devices=int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes),
+        tensor_parallel=int(rollout.tensor_model_parallel_size),
+        saves=times_in(steps, config.trainer.save_freq),
+        checkpoint_gib=float(plan.get("checkpoint_gib", 0.0)),
+        checkpoints_kept=int(plan.get("checkpoints_kept", 0)),
+        validations=int(plan.get("validations", 0)),
+        validation_prompts=int(plan.get("validation_prompts", 0)),
+        gpu_peak_gib=(max(memory["actor_peak_gib"], memory["rollout_peak_gib"])
+                      if isinstance(memory, dict) else None),
+        model_gib=facts.bytes_on_disk / GiB if facts else 0.0)
 
 
 def _files(value: Any) -> list[str]:

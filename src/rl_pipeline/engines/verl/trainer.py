@@ -20,6 +20,7 @@ loudly instead of silently running another code path.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 import ray
@@ -27,9 +28,11 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from rl_pipeline.engines.forecast import FIRST_STEP_METRIC, first_step_message
 from rl_pipeline.engines.verl.config import TRAINER_SETTINGS
 from rl_pipeline.training_rollouts import Rollout, last_user_turn, log_table, step_metrics
 
+logger = logging.getLogger(__name__)
 REPLAY_POLL_S = 0.05
 ROLLOUT_FIELDS = ["raw_prompt", "responses", "response_mask", "rm_scores", "reward_model",
                   "extra_fields"]
@@ -82,6 +85,11 @@ class PipelinePPOTrainerSync(PPOTrainerSync):
         metrics.update(step_metrics(rollouts))
         settings = OmegaConf.select(self.config, TRAINER_SETTINGS) or {}
         log_table(global_steps, rollouts, int(settings.get("rollouts_logged_per_step", 0)))
+        forecast = settings.get("first_step_forecast_s")
+        if forecast and not getattr(self, "_first_step_seen", False) and "step" in timing_raw:
+            self._first_step_seen = True  # this run's first step (a resumed run's too)
+            metrics[FIRST_STEP_METRIC] = timing_raw["step"]
+            logger.log(*first_step_message(global_steps, timing_raw["step"], float(forecast)))
         return out
 
     def _rollouts(self, batch: Any) -> list[Rollout]:
@@ -135,6 +143,12 @@ class PipelineTaskRunnerBase(TaskRunnerV1.__ray_actor_class__):
         from verl.utils.logging_utils import configure_verl_logging
 
         configure_verl_logging()
+        # This actor's log lines reach the driver's console (Ray forwards its stderr).
+        ours = logging.getLogger("rl_pipeline")
+        if not ours.handlers:
+            ours.addHandler(logging.StreamHandler())
+            ours.setLevel(logging.INFO)
+            ours.propagate = False  # verl's root handler would print each line again
         mode = config.trainer.v1.trainer_mode
         trainer_cls = self.trainer_class if mode == "sync" else get_trainer_cls(mode)
         config.transfer_queue.enable = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rl_pipeline.engines.base import reward_curve
+from rl_pipeline.engines.forecast import forecast_metrics
 from rl_pipeline.engines.lookup import get_engine
 from rl_pipeline.engines.preflight import (
     Metrics,
@@ -23,7 +25,7 @@ from rl_pipeline.engines.preflight import (
     run_preflight,
 )
 from rl_pipeline.engines.run_identity import CheckpointRoot, claim, previous_run_id, prune
-from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
@@ -33,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model: str,
                      train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                     data: DataParams, reward: RewardParams) -> Preflight:
+                     data: DataParams, reward: RewardParams,
+                     eval_params: EvalParams | None = None) -> Preflight:
     """The train pipeline's preflight (:func:`rl_pipeline.engines.preflight.run_preflight`):
     and this machine must have what the engine needs (verl: the GPUs), checked first.
 
@@ -42,13 +45,14 @@ def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model:
         (YAML), the equivalent command line, and the resolved ``auto`` values as metrics.
     """
     return run_preflight(train_prompts_file, val_prompts_file, base_model,
-                         train_checkpoints_dir, train, data, reward, training=True)
+                         train_checkpoints_dir, train, data, reward, eval_params,
+                         training=True)
 
 
 def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
                 model_work_dir: str, train_prompts_file: str, val_prompts_file: str,
                 base_model: str, train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                data: DataParams, reward: RewardParams,
+                data: DataParams, reward: RewardParams, eval_params: EvalParams | None = None,
                 ) -> tuple[str, dict[str, Any], Metrics, Figure]:
     """Train with the planned engine in the folder of this run's identity
     (:mod:`rl_pipeline.engines.run_identity`): a rerun of the same identity resumes where it
@@ -73,8 +77,10 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
     run_id = run.info.run_id if (run := mlflow.active_run()) else None
     before = claim(folder, identity, run_id)
     engine = get_engine(name)
+    started = time.perf_counter()
     with judge_served(reward):  # a judge the project serves, while training asks it
         result = engine.train(plan, setup, train_prompts, val_prompts, run_id)
+    seconds = time.perf_counter() - started
     complete = result.summary.get("already_complete", False)
     continued = complete or result.summary.get("resumed_from_step", 0) > 0
     earlier = previous_run_id(before) if continued else None
@@ -87,8 +93,13 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs)})
     exported = engine.export(result, Path(model_work_dir))
     prune(root, folder)
-    metrics = mlflow_metrics({k: result.summary[k]
-                              for k in ("steps", "seconds", "resumed_from_step")})
+    numbers = {k: result.summary[k] for k in ("steps", "seconds", "resumed_from_step")}
+    if plan.get("forecast", {}).get("step_s") and not complete:
+        trained = result.summary["steps"] - result.summary.get("resumed_from_step", 0)
+        numbers.update(forecast_metrics(plan["forecast"], seconds, trained))
+        logger.info("Training took %.0f s, forecast %.0f s (ratio %.2f)", seconds,
+                    numbers["forecast/train_s"], numbers.get("forecast/train_ratio", 0.0))
+    metrics = mlflow_metrics(numbers)
     return str(exported), result.summary, metrics, reward_curve(result.history, engine.name)
 
 

@@ -1,0 +1,81 @@
+"""What the estimates of a run need to know of its base model, read from the model folder's
+own files (config.json and the safetensors headers, no weights loaded): its size, its shapes,
+and the size of a LoRA adapter on it. The verl preflight's host checks and the forecast of any
+engine use them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GiB = 2**30
+# A CUDA context and the allocator's slack, per process on a GPU (the actor's and vLLM's).
+CUDA_CONTEXT_GIB = 1.0
+# The merged model and the adapter export sit beside the checkpoints: twice the model in
+# its own dtype, plus eval's generations (small).
+MERGE_COPIES = 2
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the estimates need from the base model's folder (config.json, safetensors
+    headers): parameter count, bytes on disk, and the shapes that size the activations."""
+
+    parameters: int
+    bytes_on_disk: int
+    vocab_size: int
+    hidden_size: int
+    layers: int
+    lora_parameters: int  # at the configured rank and target modules
+
+    @classmethod
+    def read(cls, model_path: str, lora_rank: int, target_modules: Any) -> ModelFacts | None:
+        """The facts of the model folder at ``model_path``, or None when it holds no
+        config.json and safetensors (a hub id not yet fetched)."""
+        folder = Path(model_path)
+        files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+        if not files or not (folder / "config.json").is_file():
+            return None
+        from safetensors import safe_open
+
+        config = json.loads((folder / "config.json").read_text())
+        config = config.get("text_config", config)
+        targets = lora_target_names(target_modules)
+        parameters = lora = 0
+        for file in files:
+            with safe_open(str(file), "pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+                    shape = f.get_slice(name).get_shape()
+                    numel = 1
+                    for dim in shape:
+                        numel *= dim
+                    parameters += numel
+                    if lora_rank and len(shape) == 2 and _is_lora_target(name, targets):
+                        lora += lora_rank * (shape[0] + shape[1])
+        return cls(parameters=parameters, bytes_on_disk=sum(f.stat().st_size for f in files),
+                   vocab_size=int(config["vocab_size"]),
+                   hidden_size=int(config["hidden_size"]),
+                   layers=int(config["num_hidden_layers"]), lora_parameters=lora)
+
+
+def lora_target_names(target_modules: Any) -> list[str] | None:
+    """LoRA's target modules as names, or None for all linear layers (all-linear, a regex)."""
+    if isinstance(target_modules, str):
+        inner = target_modules.strip()
+        if inner.startswith("[") and inner.endswith("]"):
+            return [t.strip().strip("'\"") for t in inner[1:-1].split(",") if t.strip()]
+        return None
+    if target_modules is None:
+        return None
+    return [str(t) for t in target_modules]
+
+
+def _is_lora_target(name: str, targets: list[str] | None) -> bool:
+    """Whether the weight ``name`` is a linear layer LoRA wraps (all-linear leaves out the
+    embeddings and the output head, as peft does)."""
+    if not name.endswith(".weight") or "layers." not in name or "norm" in name:
+        return False
+    module = name.rsplit(".", 2)[-2]
+    return targets is None or module in targets
