@@ -170,9 +170,10 @@ def test_the_calibration_measures_the_configured_step_on_a_real_model(tiny_model
     assert measured.sequences == 6  # 3 prompts x 2 completions
     assert 0 < measured.response_tokens <= 12
     assert measured.eval_batch_sequences == 8  # eval's first batch: 4 prompts x 2 samples
-    for seconds in (measured.rollout_s, measured.forward_s, measured.update_s,
-                    measured.eval_batch_s):
-        assert 0 < seconds < measured.seconds
-    # The update is a forward pass and a backward pass: it costs more than the forward.
-    assert measured.update_s > measured.forward_s
+    # Each part is a share of the whole (no comparison of the parts' times with each other:
+    # on a busy machine a backward pass can take less than another moment's forward).
+    parts = (measured.load_s, measured.rollout_s, measured.forward_s, measured.update_s,
+             measured.eval_batch_s)
+    assert all(seconds > 0 for seconds in parts)
+    assert sum(parts) <= measured.seconds
     assert measured.peak_rss_gib > 0.1
