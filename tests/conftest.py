@@ -21,21 +21,23 @@ SMOLLM2_GGUF = PROJECT_ROOT / "data/01_raw/models/smollm2/SmolLM2-135M-Instruct.
 _SESSION_FOLDERS: dict[str, Path] = {}
 # Modules that start verl's trainer, Ray clusters or a Ray-placed driver. They run as one
 # unit, in order, on one pytest-xdist worker (the other takes the rest): two verl runs at
-# once on 2 cores thrash (in a CI run that tried it, each of these tests took 1.3-3x its
-# time alone, and the 2-node run outlived its 10 minutes).
+# once thrash 2 cores (in a CI run that tried it, before each worker had a core of its own,
+# each of these tests took 1.3-3x its time alone, and the 2-node run outlived its 10
+# minutes), and they are the suite's critical path: handed out first.
 RAY_MODULES = ["tests/gpu_boundary/test_ray_cluster_run.py", "tests/engines/verl/test_cpu.py",
                "tests/engines/verl/test_collective.py",
                "tests/gpu_boundary/test_verl_driver.py"]
-# The longest of the other modules, longest first (seconds of a CI run, 2026-11-26): handed
-# out first, so that the two workers finish together (longest-processing-time-first).
-# Re-measure with `make test ARGS=--durations=0`.
-LONGEST_MODULES = ["tests/test_faults.py",  # 333
-                   "tests/test_run.py",  # 306
-                   "tests/test_user_errors.py",  # 105
-                   "tests/engines/trl/test_engine.py",  # 105
-                   "tests/test_first_session.py",  # 89
-                   "tests/test_gpu_kit.py",  # 82
-                   "tests/test_scheduling.py"]  # 75
+# The longest of the other modules, longest first (seconds of a run with each worker on a
+# core of its own, 2026-11-27): handed out first, so that the two workers finish together
+# (longest-processing-time-first). Re-measure with `make test ARGS=--durations=0`.
+LONGEST_MODULES = ["tests/test_faults.py",  # 229
+                   "tests/test_run.py",  # 212
+                   "tests/gpu_boundary/test_vllm_args.py",  # 55
+                   "tests/engines/verl/test_engine.py",  # 54
+                   "tests/test_scheduling.py",  # 54
+                   "tests/test_gpu_kit.py",  # 42
+                   "tests/test_user_errors.py",  # 41
+                   "tests/test_first_session.py"]  # 37
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +74,21 @@ SLOW_REPORT_SECONDS = 10.0
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker on cores of its own, and so every process it starts (kedro runs, a
+    Ray cluster, verl's actors): torch sizes its thread pool from this mask. Two workers'
+    torch pools spread over the same 2 cores oversubscribe them, and torch's threads spin
+    while they wait for each other: the default CPU run took 72 s alone and 252 s beside the
+    2-node verl run."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    count, index = int(worker["workercount"]), int(worker["workerid"].removeprefix("gw"))
+    if len(cores) >= count:
+        os.sched_setaffinity(0, cores[index::count])
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -210,39 +210,68 @@ def _newest(checkpoints: Path) -> int:
     return int(marker.read_text().strip()) if marker.exists() else 0
 
 
+# What the one-rank run and the two-rank run set alike. No LoRA dropout: each rank draws its
+# own masks, for its own half of the batch (the sabotaged run below trains with conf/cpu's
+# dropout, from the initial adapter that carries it). A step's requests batched whole however
+# busy the machine (a batch split otherwise draws other random numbers: CI's other worker
+# once made one run's rollout do so).
+SAME_DRAWS = {"actor_model_lora_dropout": 0.0,
+              "overrides": ["+actor_rollout_ref.rollout.custom.hf_rollout.batch_window_s=1.0"]}
+# The one-rank run: killed once its step 2 reached MLflow (so that the two-rank run has two
+# uninterrupted steps to be compared with), resumed to the last step. A verl start costs
+# about a minute on one core and a step of the tiny model 2-3 s: one run serves both tests.
+KILLED_AFTER, STEPS = 2, 5
+
+
+@pytest.fixture(scope="module")
+def one_rank(cpu_bed) -> dict:
+    """A one-rank run SIGKILLed (verl's driver, its Ray, every actor) after step 2, then
+    resumed to its last step with a forecast its first step overruns."""
+    uri = cpu_bed["tracking_uri"]
+    checkpoints = cpu_bed["root"] / "ranks1"
+    first, first_run = _job(cpu_bed, "killed", checkpoints, total_training_steps=STEPS,
+                            **SAME_DRAWS)
+    process = _start(first)
+    client = _client(uri)
+    deadline = time.monotonic() + 600
+    while (process.poll() is None and time.monotonic() < deadline
+           and KILLED_AFTER not in {m.step for m in client.get_metric_history(
+               first_run, "actor/pg_loss")}):
+        time.sleep(0.3)
+    assert process.poll() is None, Path(f"{first}.log").read_text()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = _newest(checkpoints)
+    assert KILLED_AFTER <= killed_at < STEPS
+
+    # A forecast the first step will overrun: the warning, as a user on a busy machine sees it.
+    second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=STEPS,
+                              first_step_forecast_s=0.01, **{**SAME_DRAWS, "overrides": [
+                                  *SAME_DRAWS["overrides"],
+                                  f"+actor_rollout_ref.rollout.custom.hf_rollout."
+                                  f"agreement_dir={cpu_bed['root'] / 'agreement'}"]})
+    rerun = _start(second)
+    assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
+    return {"checkpoints": checkpoints, "killed_at": killed_at, "first_run": first_run,
+            "second_run": second_run, "log": Path(f"{second}.log").read_text(),
+            "summary": json.loads(Path(f"{second}.out.json").read_text())["summary"]}
+
+
 @pytest.mark.slow
-def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed,
+def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed, one_rank,
                                                                      tmp_path) -> None:
     from rl_pipeline.merge.standalone import make_standalone_model
     from rl_pipeline.params import MergeParams
 
-    checkpoints = cpu_bed["root"] / "checkpoints"
-    steps = 3
-    first, first_run = _job(cpu_bed, "killed", checkpoints, total_training_steps=steps)
-    process = _start(first)
-    deadline = time.monotonic() + 600
-    while _newest(checkpoints) < 1 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert process.poll() is None, Path(f"{first}.log").read_text()[-3000:]
-    os.killpg(process.pid, signal.SIGKILL)  # verl's driver, its Ray and every actor
-    process.wait()
-    killed_at = _newest(checkpoints)
-    assert 1 <= killed_at < steps
-
-    # A forecast the first step will overrun: the warning, as a user on a busy machine sees it.
-    second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=steps,
-                              first_step_forecast_s=0.01,
-                              overrides=[f"+actor_rollout_ref.rollout.custom.hf_rollout."
-                                         f"agreement_dir={cpu_bed['root'] / 'agreement'}"])
-    rerun = _start(second)
-    assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
-    summary = json.loads(Path(f"{second}.out.json").read_text())["summary"]
+    checkpoints, killed_at = one_rank["checkpoints"], one_rank["killed_at"]
+    first_run, second_run, steps = one_rank["first_run"], one_rank["second_run"], STEPS
+    summary = one_rank["summary"]
     assert summary["resumed_from_step"] == killed_at and summary["steps"] == steps
     # This run's first step against the forecast: logged once (from verl's trainer, in its
     # Ray actor) and an MLflow metric at that step.
     took = _history(cpu_bed["tracking_uri"], second_run, FIRST_STEP_METRIC)
     assert list(took) == [killed_at + 1] and took[killed_at + 1] > 0.02
-    log = Path(f"{second}.log").read_text()
+    log = one_rank["log"]
     assert re.search(rf"step {killed_at + 1} took [\d.]+ s, forecast 0\.0 s: [\d.]+x the "
                      "forecast", log), log[-3000:]
     assert len(re.findall(r"step \d+ took", log)) == 1
@@ -335,25 +364,22 @@ SAME_MATHEMATICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy")
 
 
 @pytest.mark.slow
-def test_two_ranks_train_as_one_does_and_their_sharded_checkpoint_merges(cpu_bed,
+def test_two_ranks_train_as_one_does_and_their_sharded_checkpoint_merges(cpu_bed, one_rank,
                                                                        tmp_path) -> None:
     from rl_pipeline.merge.standalone import make_standalone_model
     from rl_pipeline.params import MergeParams
 
-    steps, runs = 2, {}
-    for ranks, verl in ((1, {}), (2, TWO_RANKS)):
-        checkpoints = cpu_bed["root"] / f"ranks{ranks}"
-        # No LoRA dropout: each rank draws its own masks, for its own half of the batch. A
-        # step's requests batched whole however busy the machine (a batch split otherwise
-        # draws other random numbers: CI's other worker once made one run's rollout do so).
-        job, run_id = _job(cpu_bed, f"ranks{ranks}", checkpoints, total_training_steps=steps,
-                           actor_model_lora_dropout=0.0, overrides=[
-                               "+actor_rollout_ref.rollout.custom.hf_rollout."
-                               "batch_window_s=1.0"], **verl)
-        assert _start(job).wait(timeout=600) == 0, Path(f"{job}.log").read_text()[-3000:]
-        runs[ranks] = {key: _history(cpu_bed["tracking_uri"], run_id, key)
-                       for key in SAME_SAMPLES + SAME_MATHEMATICS}
-    one, two = runs[1], runs[2]
+    # The one-rank run's first steps, before its kill (the resumed run draws other samples:
+    # the rollout's generator starts again from the seed).
+    steps = KILLED_AFTER
+    one = {key: {s: v for s, v in _history(cpu_bed["tracking_uri"], one_rank["first_run"],
+                                           key).items() if s <= steps}
+           for key in SAME_SAMPLES + SAME_MATHEMATICS}
+    job, run_id = _job(cpu_bed, "ranks2", cpu_bed["root"] / "ranks2",
+                       total_training_steps=steps, **SAME_DRAWS, **TWO_RANKS)
+    assert _start(job).wait(timeout=600) == 0, Path(f"{job}.log").read_text()[-3000:]
+    two = {key: _history(cpu_bed["tracking_uri"], run_id, key)
+           for key in SAME_SAMPLES + SAME_MATHEMATICS}
     assert set(one["actor/grad_norm"]) == set(range(1, steps + 1))
     assert any(v > 0 for v in one["actor/grad_norm"].values())  # a step that learned
     for key in SAME_SAMPLES:  # the rollout drew the same responses, which scored the same
