@@ -386,8 +386,8 @@ def main() -> None:
                         help="what the --steps-from run's settings differed in, for the doc")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/")
     args = parser.parse_args()
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
+    for folder in filter(None, (args.keep, args.log_dir)):
+        folder.mkdir(parents=True, exist_ok=True)
 
     rows = []
     if args.from_results:

@@ -16,6 +16,7 @@ from rl_pipeline.model_registry.names import (
     tag_value,
 )
 from rl_pipeline.tracking.lineage import weights_run
+from rl_pipeline.tracking.stores import is_local_store
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def _reference(folder: Path, run_id: str | None) -> str:
     folder is the version's PATH_TAG either way."""
     import mlflow
 
-    if run_id is None or mlflow.get_tracking_uri().startswith(("sqlite:", "file:", "/")):
+    if run_id is None or is_local_store(mlflow.get_tracking_uri()):
         return folder.as_uri()
     client().log_text(run_id, f"{folder}\n", f"{REFERENCE}/path.txt")
     return f"runs:/{run_id}/{REFERENCE}"

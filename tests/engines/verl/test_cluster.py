@@ -110,10 +110,21 @@ def test_a_reward_file_that_cannot_be_a_module_on_the_nodes_is_named(shared, tmp
     assert f"reward.custom_reward_function.path='{reward}': {why}" in message
 
 
-@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "file:///tmp/mlruns", None])
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "file:///tmp/mlruns",
+                                 "/tmp/mlruns", "mlruns", None])
 def test_a_tracking_store_workers_cannot_reach_is_named(shared, uri) -> None:
     message = _problems(_inputs(shared, tracking_uri=uri))
     assert f"mlflow.mlflow_tracking_uri={uri!r}: a tracking server every node" in message
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "https://mlflow.internal",
+                                 "databricks"])
+def test_a_tracking_server_passes_the_tracking_check(shared, uri) -> None:
+    plan = plan_verl(VerlParams(**TWO_NODES), DataParams(), RewardParams(),
+                     _inputs(shared, tracking_uri=uri), gpus_visible=0, training=False,
+                     train_rows=16)  # no PreflightError
+    # The workers are handed the server to log to.
+    assert plan.config.ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI == uri
 
 
 def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:

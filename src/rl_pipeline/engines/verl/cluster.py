@@ -24,6 +24,7 @@ from rl_pipeline.engines.problems import Problem
 from rl_pipeline.engines.verl.host import driver_problem, driver_version, free_gib
 from rl_pipeline.engines.verl.preflight import HF_ROLLOUT, Hardware
 from rl_pipeline.rewards.scoring import PKG
+from rl_pipeline.tracking.stores import is_local_store
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ TASK_TIMEOUT_S = 300.0
 # The collective check's bound (collective.check_collective): a process group of a few
 # nodes forms in seconds; verl's own waits 10 minutes for a node it cannot reach.
 COLLECTIVE_TIMEOUT_S = 60.0
-_LOCAL_STORES = ("sqlite:", "file:")
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?(?P<host>[^\]/]+?)\]?:(?P<port>\d+)$")
 
 
@@ -118,7 +118,7 @@ def check_storage(paths: WorkerPaths, shared_root: str | None) -> list[Problem]:
 
 def check_tracking(tracking_uri: str | None) -> list[Problem]:
     """verl's MLflow logger runs on a worker: a store on the driver's disk is out of its reach."""
-    if tracking_uri and not tracking_uri.startswith(_LOCAL_STORES) and "://" in tracking_uri:
+    if not is_local_store(tracking_uri):
         return []
     return [Problem("mlflow_tracking_uri", tracking_uri, "a tracking server every node "
                     "reaches (http://host:5000): workers on other nodes cannot write to a "
