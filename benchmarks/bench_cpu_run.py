@@ -45,7 +45,7 @@ import psutil
 import yaml
 
 from bench_data_prep import machine, write_section
-from rl_pipeline.evaluation.significance import bootstrap_interval
+from rl_pipeline.evaluation.significance import bootstrap_interval, paired_comparison
 from rl_pipeline.evaluation.verdict import LEARNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,23 +258,41 @@ def trl_interval(rows: list[dict], seed: int) -> tuple[float, float] | None:
     return None if trl is None else bootstrap_interval(trl["strict_trained"], seed=seed)
 
 
+def against_trl(rows: list[dict], verl: dict) -> dict | None:
+    """verl's trained model against TRL's of the same seed, prompt by prompt: the difference
+    of their strict accuracy with its paired 95% interval (None without a TRL run)."""
+    trl = next((r for r in rows if r["engine"] == "trl" and r["seed"] == verl["seed"]), None)
+    return None if trl is None else paired_comparison(
+        trl["strict_trained"], verl["strict_trained"], seed=verl["seed"])
+
+
 def results_table(rows: list[dict]) -> list[str]:
     lines = ["| engine | seed | verdict | learned on sums | strict accuracy, base -> trained, "
              "delta [95% interval] | flexible accuracy (the sums) | format only / sums gained "
-             "/ sums lost | trained strict in TRL's interval | wall time (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "/ sums lost | trained strict in TRL's interval | trained, verl - TRL [95% "
+             "interval] | wall time (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m = r["moves"]
         interval = trl_interval(rows, r["seed"])
         inside = "-" if r["engine"] == "trl" or interval is None else (
             f"{'yes' if interval[0] <= r['trained']['strict_accuracy'] <= interval[1] else 'no'}"
             f" ({r['trained']['strict_accuracy']:.3f} in [{interval[0]:.3f}, {interval[1]:.3f}])")
+        pair = against_trl(rows, r) if r["engine"] == "verl" else None
+        versus = "-" if pair is None else (
+            f"{pair['delta']:+.3f} [{pair['ci_low']:+.3f}, {pair['ci_high']:+.3f}]")
         lines.append(
             f"| {r['engine']} | {r['seed']} | {r['verdict']['verdict']} | "
             f"{'yes' if on_sums(r) else 'no'} | {_change(r, 'strict_accuracy')} | "
             f"{_change(r, 'flexible_accuracy')} | {m['format']['count']} / "
-            f"{m['sum gained']['count']} / {m['sum lost']['count']} | {inside} | "
+            f"{m['sum gained']['count']} / {m['sum lost']['count']} | {inside} | {versus} | "
             f"{r['wall_s']:.0f}{' (beside another run)' if r.get('contended') else ''} |")
+    for engine in ("trl", "verl"):
+        trained = [r["trained"]["strict_accuracy"] for r in rows if r["engine"] == engine]
+        if len(trained) > 1:
+            lines.append(f"\n{engine}: trained strict accuracy over {len(trained)} seeds, mean "
+                         f"{statistics.mean(trained):.3f}, from {min(trained):.3f} to "
+                         f"{max(trained):.3f}.")
     return lines
 
 
@@ -346,6 +364,12 @@ def examples(rows: list[dict]) -> list[str]:
     return lines
 
 
+def batch() -> str:
+    """conf/cpu's step, as both engines run it: prompts x completions per prompt."""
+    verl = yaml.safe_load((ROOT / "conf/cpu/parameters.yml").read_text())["train"]["verl"]
+    return f"{verl['data_train_batch_size']} prompts x {verl['rollout_n']} completions"
+
+
 def settings() -> str:
     """The levers of conf/cpu that the result depends on, in one line."""
     params = yaml.safe_load((ROOT / "conf/cpu/parameters.yml").read_text())
@@ -356,7 +380,7 @@ def settings() -> str:
             f"{catalog['raw_val']['rows']} held out, instruction `{prep['instruction']}` with "
             f"{shots} worked example{'s' if shots != 1 else ''} as an earlier chat turn, "
             f"reward `compute_score`, {params['data']['data_max_response_length']} response "
-            f"tokens, {trl['max_steps']} GRPO steps of 2 prompts x 4 completions at temperature "
+            f"tokens, {trl['max_steps']} GRPO steps of {batch()} at temperature "
             f"{trl['temperature']} and learning rate {trl['learning_rate']} (LoRA rank 16, "
             f"dropout {params['train']['verl']['actor_model_lora_dropout']}, float32), eval "
             "greedy on every held-out prompt")
@@ -416,6 +440,8 @@ def main() -> None:
         "verl's trained strict accuracy in TRL's interval": all(
             (i := trl_interval(rows, r["seed"])) is None
             or i[0] <= r["trained"]["strict_accuracy"] <= i[1] for r in verl),
+        "verl's trained model not below TRL's beyond noise": all(
+            (pair := against_trl(rows, r)) is None or pair["ci_high"] >= 0 for r in verl),
         f"a verl step at most {MAX_STEP_RATIO}x a TRL step": ratio is None
         or ratio <= MAX_STEP_RATIO,
         f"each run within {LIMIT_S // 60} minutes": all(r["wall_s"] <= LIMIT_S for r in rows
@@ -453,9 +479,8 @@ def main() -> None:
          if args.steps_from else "From the same benchmark run: ") +
         "the train runs' own per-step timings (verl's "
         "`timing_s/*`, TRL's `profiling/Time taken: ...` and the step's wall time), medians "
-        "over every step but the first of every seed. Identical work: 2 prompts x 4 "
-        "completions of at most 48 tokens, one float32 LoRA update per step, no reference "
-        "model.", "",
+        f"over every step but the first of every seed. Identical work: {batch()} of at "
+        "most 48 tokens, one float32 LoRA update per step, no reference model.", "",
         f"Machine: {machine()}.", "",
         *steps_lines, "",
         (f"verl / TRL, the step: **{ratio:.2f}x** (goal: at most {MAX_STEP_RATIO}x)."

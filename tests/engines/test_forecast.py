@@ -147,7 +147,7 @@ def test_a_trl_run_describes_its_steps_for_the_forecast(tiny_model_dir):
     assert spec.rollouts_per_step == pytest.approx(1 / 3)
     assert spec.log_prob_passes == pytest.approx(1 / 3)
     assert (spec.saves, spec.checkpoints_kept, spec.device, spec.devices) == (3, 2, "cpu", 1)
-    # conf/cpu's: 2 prompts x 4 on-policy, a KL term (a reference pass), epochs counted.
+    # 2 prompts x 4 on-policy, a KL term (a reference pass), epochs counted.
     cpu = step_work(TrlParams(num_iterations=1, num_generations=4, beta=0.04,
                               num_train_epochs=2), 600, str(tiny_model_dir))
     assert (cpu.prompts, cpu.steps, cpu.rollouts_per_step, cpu.log_prob_passes) == \

@@ -42,7 +42,7 @@ def test_both_engines_sample_the_same_batch_the_same_way(engines) -> None:
     rollout = verl.actor_rollout_ref.rollout
     assert grpo.num_generations == rollout.n == 4
     assert grpo.per_device_train_batch_size // grpo.num_generations == \
-        verl.data.train_batch_size == 2  # prompts per step
+        verl.data.train_batch_size == 3  # prompts per step
     assert grpo.temperature == rollout.temperature == 0.6
     assert grpo.top_p == rollout.top_p == 1.0
     assert rollout.top_k == -1 and grpo.top_k in (None, 0)  # neither truncates
