@@ -307,8 +307,11 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
                 "reward_error/mean", "reward_timeout/mean"):
         assert [m.step for m in client.get_metric_history(
             train.info.run_id, f"train/{PREFIX}{key}")] == [1, 2], key
+    # Every completion of a step is counted: conf/cpu's batch, 3 prompts x 4.
+    batch = int(train.data.params["train.trl.per_device_train_batch_size"])
+    assert batch == 12
     assert {m.value for m in client.get_metric_history(
-        train.info.run_id, f"train/{PREFIX}count")} == {8.0}
+        train.info.run_id, f"train/{PREFIX}count")} == {float(batch)}
     assert any(k.startswith("profiling/Time taken: GRPOTrainer.transformers.generate")
                for k in train.data.metrics)
     # The preflight's forecast (a calibration on this machine) against the run: the first
