@@ -252,16 +252,21 @@ def on_sums(r: dict) -> bool:
             and r["trained"]["vs_base"]["flexible_accuracy"]["ci_low"] > 0)
 
 
+def trl_row(rows: list[dict], seed: int) -> dict | None:
+    """The TRL run of ``seed``, if the rows hold one."""
+    return next((r for r in rows if r["engine"] == "trl" and r["seed"] == seed), None)
+
+
 def trl_interval(rows: list[dict], seed: int) -> tuple[float, float] | None:
     """The 95% bootstrap interval of the TRL run's trained strict accuracy for ``seed``."""
-    trl = next((r for r in rows if r["engine"] == "trl" and r["seed"] == seed), None)
+    trl = trl_row(rows, seed)
     return None if trl is None else bootstrap_interval(trl["strict_trained"], seed=seed)
 
 
 def against_trl(rows: list[dict], verl: dict) -> dict | None:
     """verl's trained model against TRL's of the same seed, prompt by prompt: the difference
     of their strict accuracy with its paired 95% interval (None without a TRL run)."""
-    trl = next((r for r in rows if r["engine"] == "trl" and r["seed"] == verl["seed"]), None)
+    trl = trl_row(rows, verl["seed"])
     return None if trl is None else paired_comparison(
         trl["strict_trained"], verl["strict_trained"], seed=verl["seed"])
 
@@ -364,15 +369,19 @@ def examples(rows: list[dict]) -> list[str]:
     return lines
 
 
-def batch() -> str:
+def cpu_parameters() -> dict:
+    """conf/cpu's parameters file, as written."""
+    return yaml.safe_load((ROOT / "conf/cpu/parameters.yml").read_text())
+
+
+def batch(params: dict) -> str:
     """conf/cpu's step, as both engines run it: prompts x completions per prompt."""
-    verl = yaml.safe_load((ROOT / "conf/cpu/parameters.yml").read_text())["train"]["verl"]
+    verl = params["train"]["verl"]
     return f"{verl['data_train_batch_size']} prompts x {verl['rollout_n']} completions"
 
 
-def settings() -> str:
+def settings(params: dict) -> str:
     """The levers of conf/cpu that the result depends on, in one line."""
-    params = yaml.safe_load((ROOT / "conf/cpu/parameters.yml").read_text())
     catalog = yaml.safe_load((ROOT / "conf/cpu/catalog.yml").read_text())
     trl, prep = params["train"]["trl"], params["data_prep"]
     shots = len(prep.get("few_shot", []))
@@ -380,7 +389,7 @@ def settings() -> str:
             f"{catalog['raw_val']['rows']} held out, instruction `{prep['instruction']}` with "
             f"{shots} worked example{'s' if shots != 1 else ''} as an earlier chat turn, "
             f"reward `compute_score`, {params['data']['data_max_response_length']} response "
-            f"tokens, {trl['max_steps']} GRPO steps of {batch()} at temperature "
+            f"tokens, {trl['max_steps']} GRPO steps of {batch(params)} at temperature "
             f"{trl['temperature']} and learning rate {trl['learning_rate']} (LoRA rank 16, "
             f"dropout {params['train']['verl']['actor_model_lora_dropout']}, float32), eval "
             "greedy on every held-out prompt")
@@ -430,6 +439,7 @@ def main() -> None:
         args.results.write_text(json.dumps(rows, indent=1, default=lambda o: o.tolist()
                                            if isinstance(o, np.ndarray) else str(o)))
     verl = [r for r in rows if r["engine"] == "verl"]
+    cpu = cpu_parameters()
     trl = [r for r in rows if r["engine"] == "trl"]
     step_rows = read_results(args.steps_from) if args.steps_from else rows
     steps_lines, steps = step_table(step_rows)
@@ -461,7 +471,7 @@ def main() -> None:
         "interval, so the gain is not the `#### n` form alone. *Format only*: strict gains whose "
         "base answer already had the right number; *sums gained / lost*: prompts whose number "
         "the trained model got right / wrong where the base got it wrong / right.", "",
-        f"Settings (conf/cpu): {settings()}.", "",
+        f"Settings (conf/cpu): {settings(cpu)}.", "",
         "Where the engines' defaults differ, conf/cpu sets:", "",
         "| setting | TRL run | verl run | why |", "|---|---|---|---|",
         *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in MATCHED], "",
@@ -479,7 +489,7 @@ def main() -> None:
          if args.steps_from else "From the same benchmark run: ") +
         "the train runs' own per-step timings (verl's "
         "`timing_s/*`, TRL's `profiling/Time taken: ...` and the step's wall time), medians "
-        f"over every step but the first of every seed. Identical work: {batch()} of at "
+        f"over every step but the first of every seed. Identical work: {batch(cpu)} of at "
         "most 48 tokens, one float32 LoRA update per step, no reference model.", "",
         f"Machine: {machine()}.", "",
         *steps_lines, "",
