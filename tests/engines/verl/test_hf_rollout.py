@@ -93,8 +93,8 @@ def test_the_hf_server_generates_where_no_cuda_is_seen(tiny_model_dir) -> None:
     async def four_requests() -> list:
         params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
         return await asyncio.gather(*[
-            server.generate([5, 9, 2 + i], {**params, "max_tokens": 4 + i}, f"r{i}")
-            for i in range(4)])
+            server.generate([5, 9, 2 + i % 2], {**params, "max_tokens": 4 + i}, f"r{i}")
+            for i in range(4)])  # two prompts, twice each: as rollout.n sends them
 
     outputs = asyncio.run(four_requests())
     report = asyncio.run(server.adapter_report())
@@ -103,3 +103,41 @@ def test_the_hf_server_generates_where_no_cuda_is_seen(tiny_model_dir) -> None:
         assert 1 <= len(output.token_ids) <= 4 + i
         assert len(output.log_probs) == len(output.token_ids)
         assert all(math.isfinite(p) and p <= 0 for p in output.log_probs)
+
+
+def test_repeated_prompts_share_one_prefill_and_sample_as_without_it(tiny_model_dir) -> None:
+    """verl sends a prompt's rollout.n samples as requests of their own: the server computes
+    each distinct prompt once and copies its cache to the rows that repeat it. The same
+    random numbers then draw the same tokens from the same logits (up to summation order)
+    as a batch that computes every row, left padding included."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl_pipeline.engines.verl.hf_rollout import shared_prompt_cache
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    model.eval()
+    prompts = [[5, 9, 2, 7], [5, 9, 2, 7], [11, 3], [11, 3], [11, 3], [8, 1, 4]]
+    width = max(map(len, prompts))
+    inputs = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(inputs)
+    for row, prompt in enumerate(prompts):
+        inputs[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+
+    def sample(cache):
+        torch.manual_seed(0)
+        return model.generate(input_ids=inputs, attention_mask=mask, past_key_values=cache,
+                              do_sample=True, max_new_tokens=8, min_new_tokens=8,
+                              pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+
+    with torch.no_grad():
+        distinct = [0, 2, 5]
+        assert shared_prompt_cache(model, inputs[distinct], mask[distinct]) is None
+        cache = shared_prompt_cache(model, inputs, mask)
+        assert cache.get_seq_length() == width - 1
+        assert cache.layers[0].keys.shape[0] == len(prompts)
+        shared, plain = sample(cache), sample(None)
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(shared.logits), torch.stack(plain.logits),
+                               atol=1e-4, rtol=1e-4)

@@ -93,6 +93,8 @@ class HFServer:
     verl's agent loop sends every sample of a step as its own request, all at once; the
     server gathers the requests that arrive together and generates them as one batch, then
     answers each (SmolLM2's 8 samples of a step: 3-4 s as one batch, 12 s one by one).
+    A prompt that several requests repeat (verl's ``rollout.n`` samples) goes through the
+    model once (:func:`shared_prompt_cache`).
 
     The model computes in the rollout's dtype (``rollout.dtype``; auto: float32 on a CPU,
     bfloat16 on a GPU), which the CPU mode also gives the actor (``config.cpu_overrides``):
@@ -309,10 +311,13 @@ class HFServer:
         for row, request in enumerate(batch):
             inputs[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
             mask[row, width - len(request.prompt_ids):] = 1
+        inputs, mask = inputs.to(self.device), mask.to(self.device)
         with torch.autocast(self.device, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            out = self.model.generate(input_ids=inputs.to(self.device),
-                                      attention_mask=mask.to(self.device),
-                                      generation_config=generation)
+            # Dropout draws a mask per row: a shared prefill would share it.
+            cache = None if self.model.training else shared_prompt_cache(self.model, inputs,
+                                                                         mask)
+            out = self.model.generate(input_ids=inputs, attention_mask=mask,
+                                      past_key_values=cache, generation_config=generation)
         # The actor's log-probabilities are of logits / temperature (verl's loss), so the
         # rollout's are too; vLLM's processed log-probs are the same quantity.
         logits = torch.stack(out.logits, dim=1).float()
@@ -341,6 +346,33 @@ class HFServer:
             cap = min(self.config.response_length, self.config.prompt_length
                       + self.config.response_length - len(request.prompt_ids))
         return max(1, int(cap))
+
+
+def shared_prompt_cache(model: torch.nn.Module, inputs: torch.Tensor,
+                        mask: torch.Tensor) -> Any:
+    """The KV cache of a left-padded batch's prompts, each distinct prompt computed once.
+
+    verl sends each of a prompt's ``rollout.n`` samples as a request of its own, and
+    transformers' ``generate`` would compute the prompt's keys and values once per row
+    (vLLM's prefix cache shares them; transformers has no equivalent for a batch). Every
+    prompt token but the last goes through the model once per distinct prompt; the cache is
+    then copied to the rows that repeat it, and ``generate`` goes on from the last prompt
+    token, with the positions it computes itself (from the attention mask). None where no
+    prompt repeats: nothing to share.
+    """
+    from transformers import DynamicCache
+
+    distinct, rows = torch.unique(inputs, dim=0, return_inverse=True)
+    if len(distinct) == len(inputs) or inputs.shape[1] < 2:
+        return None
+    first = torch.stack([(rows == d).nonzero()[0, 0] for d in range(len(distinct))])
+    prefix, prefix_mask = inputs[first, :-1], mask[first, :-1]
+    positions = (prefix_mask.long().cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prefix, attention_mask=prefix_mask, position_ids=positions,
+          past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_select_indices(rows)
+    return cache
 
 
 def sampling_config(params: dict[str, Any], max_new_tokens: int, eos_ids: list[int],
