@@ -107,6 +107,10 @@ HISTORY = (
      19.9, 5.5, 4.0, 0, 9.9),
     ("padded batches instead of one packed sequence", 17.2, 5.6, 3.4, 0, 7.7),
     ("the rollout server's tensor work on one thread", 16.3, 4.0, 3.3, 0, 8.7),
+    ("3 prompts x 4 completions a step, as conf/cpu now trains (the rows above: 2 x 4)",
+     18.2, 3.8, 3.4, 0, 10.7),
+    ("the rollout computes each prompt once for its 4 samples (hf_rollout's shared prefill)",
+     17.1, 2.7, 3.3, 0, 10.8),
 )
 
 
@@ -417,6 +421,9 @@ def main() -> None:
                         "engines) instead of the rows above")
     parser.add_argument("--steps-note", default="",
                         help="what the --steps-from run's settings differed in, for the doc")
+    parser.add_argument("--rows-note", default="",
+                        help="where the rows come from, for the doc, when --from-results "
+                        "joins several runs")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/")
     args = parser.parse_args()
     for folder in filter(None, (args.keep, args.log_dir)):
@@ -471,6 +478,7 @@ def main() -> None:
         "interval, so the gain is not the `#### n` form alone. *Format only*: strict gains whose "
         "base answer already had the right number; *sums gained / lost*: prompts whose number "
         "the trained model got right / wrong where the base got it wrong / right.", "",
+        *([args.rows_note, ""] if args.rows_note else []),
         f"Settings (conf/cpu): {settings(cpu)}.", "",
         "Where the engines' defaults differ, conf/cpu sets:", "",
         "| setting | TRL run | verl run | why |", "|---|---|---|---|",
@@ -485,7 +493,7 @@ def main() -> None:
                               for goal, ok in goals.items()) + ".", ""])
     step_text = "\n".join([
         STEP_SECTION, "",
-        ("From one earlier benchmark run of both engines (" + args.steps_note + "): "
+        ("From one benchmark run of both engines (" + args.steps_note + "): "
          if args.steps_from else "From the same benchmark run: ") +
         "the train runs' own per-step timings (verl's "
         "`timing_s/*`, TRL's `profiling/Time taken: ...` and the step's wall time), medians "
