@@ -109,7 +109,8 @@ def test_repeated_prompts_share_one_prefill_and_sample_as_without_it(tiny_model_
     """verl sends a prompt's rollout.n samples as requests of their own: the server computes
     each distinct prompt once and copies its cache to the rows that repeat it. The same
     random numbers then draw the same tokens from the same logits (up to summation order)
-    as a batch that computes every row, left padding included."""
+    as a batch that computes every row, left padding included (a prompt that starts with
+    the pad token is padded alike but is not the same prompt)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -117,7 +118,7 @@ def test_repeated_prompts_share_one_prefill_and_sample_as_without_it(tiny_model_
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     model.eval()
-    prompts = [[5, 9, 2, 7], [5, 9, 2, 7], [11, 3], [11, 3], [11, 3], [8, 1, 4]]
+    prompts = [[5, 9, 2, 7], [5, 9, 2, 7], [11, 3], [11, 3], [11, 3], [8, 1, 4], [0, 11, 3]]
     width = max(map(len, prompts))
     inputs = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros_like(inputs)
@@ -132,7 +133,7 @@ def test_repeated_prompts_share_one_prefill_and_sample_as_without_it(tiny_model_
                               pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 
     with torch.no_grad():
-        distinct = [0, 2, 5]
+        distinct = [0, 2, 5, 6]
         assert shared_prompt_cache(model, inputs[distinct], mask[distinct]) is None
         cache = shared_prompt_cache(model, inputs, mask)
         assert cache.get_seq_length() == width - 1

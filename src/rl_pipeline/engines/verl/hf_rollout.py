@@ -362,8 +362,11 @@ def shared_prompt_cache(model: torch.nn.Module, inputs: torch.Tensor,
     """
     from transformers import DynamicCache
 
-    distinct, rows = torch.unique(inputs, dim=0, return_inverse=True)
-    if len(distinct) == len(inputs) or inputs.shape[1] < 2:
+    if inputs.shape[1] < 2:
+        return None
+    # Tokens and mask together: a prompt that starts with the pad token pads like a shorter one.
+    distinct, rows = torch.unique(torch.cat([inputs, mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(inputs):
         return None
     first = torch.stack([(rows == d).nonzero()[0, 0] for d in range(len(distinct))])
     prefix, prefix_mask = inputs[first, :-1], mask[first, :-1]
