@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
-from rl_pipeline.engines.calibration import Calibration, calibrate
+from rl_pipeline.engines.calibration import Calibration, calibrate, conversations
 from rl_pipeline.engines.forecast import (
     CPU_COSTS,
     CPU_EVAL_MODEL_S,
@@ -155,6 +156,16 @@ def test_a_trl_run_describes_its_steps_for_the_forecast(tiny_model_dir):
     assert cpu.lora["r"] == 16 and cpu.checkpoint_gib > 0
     full = step_work(TrlParams(apply_lora=False, max_steps=1), 600, str(tiny_model_dir))
     assert full.lora is None and full.checkpoint_gib > cpu.checkpoint_gib
+
+
+def test_the_calibration_reads_the_first_prompts_of_the_file(tmp_path):
+    path = verl_prompts(tmp_path / "train.parquet", 5, "train")
+    whole = pd.read_parquet(path)["prompt"]
+    first = conversations(path, 3)
+    assert [[m["content"] for m in c] for c in first] == \
+        [[m["content"] for m in prompt] for prompt in whole.head(3)]
+    assert first[0][-1]["role"] == "user"
+    assert len(conversations(path, 50)) == 5  # a file shorter than asked: all of it
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pandas as pd
+import pyarrow.parquet as pq
 import torch
 
 from rl_pipeline.engines.work import EvalWork, StepWork
@@ -142,6 +142,9 @@ def _eval_batch(model_path: str, prompts_file: str, work: EvalWork,
 
 def conversations(prompts_file: str, n: int) -> list[list[dict[str, str]]]:
     """The first ``n`` prompts of a prompts file (verl's schema: chat messages)."""
-    frame = pd.read_parquet(prompts_file).head(n)
+    # Only the first batch of the prompt column: a training set can be large.
+    batch = next(pq.ParquetFile(prompts_file).iter_batches(batch_size=n, columns=["prompt"]),
+                 None)
+    prompts = batch.column("prompt").to_pylist() if batch is not None else []
     return [[{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
-            for prompt in frame["prompt"]]
+            for prompt in prompts]

@@ -256,8 +256,10 @@ def test_only_nodes_that_take_ranks_join_the_collective() -> None:
     head = {"NodeID": "a" * 56, "Resources": {"CPU": 8.0}}
     gpu_node = {"NodeID": "b" * 56, "Resources": {"CPU": 8.0, "GPU": 8.0}}
     report: dict = {}
-    assert _join_collective([head], [{"cuda_devices": 0}], Hardware(8, 1, 2), report) == []
+    assert _join_collective([head], [{"cuda_devices": 0, "declared_gpus": 0}],
+                            Hardware(8, 1, 2), report) == []
     assert report["collective"] == {"checked": False, "reason": "no node declares GPUs"}
-    assert _join_collective([head, gpu_node], [{"cuda_devices": 0}, {"cuda_devices": 0}],
+    assert _join_collective([head, gpu_node], [{"cuda_devices": 0, "declared_gpus": 0},
+                                               {"cuda_devices": 0, "declared_gpus": 8}],
                             Hardware(8, 1, 2), report) == []
     assert report["collective"]["reason"] == "a node lacks its CUDA devices"

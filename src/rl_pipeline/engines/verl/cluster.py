@@ -182,14 +182,14 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
                                    rollout)
         finally:
             on_each_node(nodes[:1], _remove_marker, marker, made)
+        for node, result in zip(nodes, results, strict=True):
+            result.update(node=node_label(node), declared_gpus=node["Resources"].get("GPU", 0))
         collective_problems = _join_collective(nodes, results, hardware, report)
         resources = ray.cluster_resources()
         total_gpus, total_cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     finally:
         if started:
             ray.shutdown()
-    for node, result in zip(nodes, results, strict=True):
-        result.update(node=node_label(node), declared_gpus=node["Resources"].get("GPU", 0))
     report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
                          "cpus": total_cpus, "nodes": results}
     _log_nodes(address, results, hardware)
@@ -226,9 +226,8 @@ def _join_collective(nodes: list[dict[str, Any]], results: list[dict[str, Any]],
     from rl_pipeline.engines.verl.collective import check_collective
 
     ranked = [(node, result) for node, result in zip(nodes, results, strict=True)
-              if node["Resources"].get("GPU", 0) > 0]
-    if not ranked or any(_missing_devices({**result, "declared_gpus": node["Resources"]["GPU"]},
-                                          hardware) for node, result in ranked):
+              if result["declared_gpus"] > 0]
+    if not ranked or any(_missing_devices(result, hardware) for _, result in ranked):
         report["collective"] = {"checked": False, "reason": "no node declares GPUs" if not
                                 ranked else "a node lacks its CUDA devices"}
         return []

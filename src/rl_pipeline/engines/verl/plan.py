@@ -173,7 +173,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         logger.warning("train.verl.ENGINE=hf on GPUs: %s", HF_ROLLOUT_NOTE)
     # An override that repeats one of the launch's (a configuration written for a 2-core
     # cluster sets what the CPU mode sets too) says nothing new: dropped, not refused.
-    user = [o for o in verl.overrides if o.lstrip("+") not in {k.lstrip("+") for k in launch}]
+    launched = {k.lstrip("+") for k in launch}
+    user = [o for o in verl.overrides if o.lstrip("+") not in launched]
     problems += _check_user_overrides(user, launch)
     overrides = hydra_overrides(values, [*launch, *user])
     try:

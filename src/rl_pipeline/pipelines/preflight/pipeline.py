@@ -2,11 +2,12 @@ from kedro.pipeline import Node, Pipeline
 
 from .nodes import check_training_setup, preflight_run_tags
 
+# What identifies a training run (rl_pipeline.engines.run_identity): train_model's inputs.
+RUN_INPUTS = ["train_prompts_file", "val_prompts_file", "base_model",
+              "train_checkpoints_dir", "params:train", "params:data", "params:reward"]
 # The train pipeline starts with the same check (prepare_training), on the same datasets.
 # params:eval: the forecast covers eval's time too.
-SETUP_INPUTS = ["train_prompts_file", "val_prompts_file", "base_model",
-                "train_checkpoints_dir", "params:train", "params:data", "params:reward",
-                "params:eval"]
+SETUP_INPUTS = [*RUN_INPUTS, "params:eval"]
 PREFLIGHT_OUTPUTS = ["train_plan", "preflight_report", "train_config_resolved", "train_command",
                      "preflight_metrics"]
 

@@ -52,7 +52,7 @@ def prepare_training(train_prompts_file: str, val_prompts_file: str, base_model:
 def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: pd.DataFrame,
                 model_work_dir: str, train_prompts_file: str, val_prompts_file: str,
                 base_model: str, train_checkpoints_dir: CheckpointRoot | str, train: TrainParams,
-                data: DataParams, reward: RewardParams, eval_params: EvalParams | None = None,
+                data: DataParams, reward: RewardParams,
                 ) -> tuple[str, dict[str, Any], Metrics, Figure]:
     """Train with the planned engine in the folder of this run's identity
     (:mod:`rl_pipeline.engines.run_identity`): a rerun of the same identity resumes where it

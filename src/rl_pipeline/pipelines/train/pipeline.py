@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from rl_pipeline.pipelines.preflight.pipeline import PREFLIGHT_OUTPUTS, SETUP_INPUTS
+from rl_pipeline.pipelines.preflight.pipeline import PREFLIGHT_OUTPUTS, RUN_INPUTS, SETUP_INPUTS
 
 from .nodes import prepare_training, train_model, train_run_tags
 
@@ -16,7 +16,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         Node(
             func=train_model,
             inputs=["train_plan", "train_prompts", "val_prompts", "model_work_dir",
-                    *SETUP_INPUTS],
+                    *RUN_INPUTS],
             outputs=["training_result", "train_summary", "train_metrics", "reward_curve"],
             name="train_model_node",
         ),
