@@ -275,6 +275,21 @@ def against_trl(rows: list[dict], verl: dict) -> dict | None:
         trl["strict_trained"], verl["strict_trained"], seed=verl["seed"])
 
 
+def pooled_against_trl(rows: list[dict]) -> dict | None:
+    """verl's trained models against TRL's over every seed both engines ran, prompt by
+    prompt (each seed's prompts paired with TRL's answers to them at that seed): what one
+    seed's draw cannot say, whether the engines train equally well (None under two seeds)."""
+    seeds = sorted({r["seed"] for r in rows if r["engine"] == "verl"
+                    and trl_row(rows, r["seed"]) is not None})
+    if len(seeds) < 2:
+        return None
+    verl = {r["seed"]: r for r in rows if r["engine"] == "verl"}
+    return paired_comparison(
+        np.concatenate([trl_row(rows, s)["strict_trained"] for s in seeds]),
+        np.concatenate([verl[s]["strict_trained"] for s in seeds]), seed=seeds[0]) | {
+        "seeds": seeds}
+
+
 def results_table(rows: list[dict]) -> list[str]:
     lines = ["| engine | seed | verdict | learned on sums | strict accuracy, base -> trained, "
              "delta [95% interval] | flexible accuracy (the sums) | format only / sums gained "
@@ -302,6 +317,14 @@ def results_table(rows: list[dict]) -> list[str]:
             lines.append(f"\n{engine}: trained strict accuracy over {len(trained)} seeds, mean "
                          f"{statistics.mean(trained):.3f}, from {min(trained):.3f} to "
                          f"{max(trained):.3f}.")
+    if pooled := pooled_against_trl(rows):
+        lines.append(
+            f"\nverl - TRL over seeds {', '.join(map(str, pooled['seeds']))} together, prompt "
+            f"by prompt ({pooled['prompts']} pairs): **{pooled['delta']:+.3f} "
+            f"[{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}]**. One seed's pair of runs "
+            "differs by its draws; over the seeds the engines' trained models "
+            + ("cannot be told apart." if pooled["ci_low"] <= 0 <= pooled["ci_high"] else
+               f"differ, {'verl' if pooled['delta'] > 0 else 'TRL'}'s better."))
     return lines
 
 
