@@ -10,7 +10,9 @@ through methods verl's trainer calls on itself:
   logged with verl's) and a few rows of the table ``train/rollouts.json``
   (:mod:`rl_pipeline.training_rollouts`);
 - the sync replay buffer polls for finished rollouts every :data:`REPLAY_POLL_S` instead of
-  verl's 2 s, a whole CPU rollout's time.
+  verl's 2 s, a whole CPU rollout's time;
+- it hands the trainer a step's samples in the order of their tokens
+  (:func:`in_content_order`), not in the order they finished, so that a run repeats.
 
 :class:`PipelineTaskRunner` is verl's v1 TaskRunner building it (``run_ppo(task_runner_class=
 ...)``, the hook verl documents for recipes). Both lean on verl internals listed in
@@ -46,6 +48,8 @@ VERL_INTERNALS = (
      "buffer polls for finished rollouts (no setting in 0.9.1)"),
     ("verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_metrics", "called with the step's "
      "batch still in the TransferQueue, and the metrics verl logs next"),
+    ("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer._materialize_batch", "wrapped to order "
+     "a step's samples by their tokens (in_content_order)"),
 )
 
 
@@ -67,7 +71,43 @@ def check_trainer_internals() -> list[str]:
     if metrics_at < 0 or not (metrics_at < fit_source.find("tq.kv_clear", metrics_at)
                               < fit_source.find("self.logger.log(data=metrics", metrics_at)):
         missing.append(VERL_INTERNALS[2][0])
+    sample_source = inspect.getsource(replay_buffer.ReplayBuffer.sample)
+    if "return self._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)" \
+            not in sample_source:
+        missing.append(VERL_INTERNALS[3][0])
     return missing
+
+
+def in_content_order(materialize: Any) -> Any:
+    """verl's ``ReplayBuffer._materialize_batch``, with the batch's samples ordered by their
+    prompt and response tokens.
+
+    verl orders them as they were written to the TransferQueue, that is as they finished:
+    another order each run. The actor's LoRA dropout then draws its masks for other samples,
+    and a batch summed in another order rounds otherwise, so two runs of one seed parted
+    after their first update (docs/benchmarks.md, "Run to run"). The order of the tokens is
+    the same every run: identical samples are interchangeable.
+    """
+    import dataclasses
+
+    import transfer_queue as tq
+
+    def ordered(partition_id: str, selected_prompt_uids: list[str],
+                partition_snapshot: dict[str, dict]) -> Any:
+        batch = materialize(partition_id, selected_prompt_uids, partition_snapshot)
+        if len(batch.keys) < 2:
+            return batch
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=partition_id,
+                               select_fields=["prompts", "responses"])
+        # Bytes compare in C: cheap for a GPU batch of thousands of samples.
+        content = [(p.cpu().numpy().tobytes(), r.cpu().numpy().tobytes())
+                   for p, r in zip(data["prompts"].unbind(), data["responses"].unbind(),
+                                   strict=True)]
+        order = sorted(range(len(batch.keys)), key=content.__getitem__)
+        return dataclasses.replace(batch, keys=[batch.keys[i] for i in order],
+                                   tags=[batch.tags[i] for i in order])
+
+    return ordered
 
 
 class PipelinePPOTrainerSync(PPOTrainerSync):
@@ -76,6 +116,7 @@ class PipelinePPOTrainerSync(PPOTrainerSync):
     def _build_replay_buffer(self) -> Any:
         buffer = super()._build_replay_buffer()
         buffer.poll_interval = REPLAY_POLL_S
+        buffer._materialize_batch = in_content_order(buffer._materialize_batch)
         return buffer
 
     def _compute_metrics(self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int,
