@@ -117,9 +117,8 @@ class VerlParams(ParamGroup):
         "has no setting for it; above 0 the run starts from a freshly initialised adapter "
         "with this dropout, which verl loads through its actor_rollout_ref.model."
         "lora_adapter_path (rl_pipeline.engines.verl.lora). Needs actor_model_lora_rank > 0. "
-        "The masks fall on a step's samples in the order verl hands them over, which is the "
-        "order they finished: with dropout, two runs of one seed part after their first "
-        "update (docs/benchmarks.md, 'Run to run').")
+        "The masks fall on a step's samples in the order of their tokens, the same every run "
+        "(rl_pipeline.engines.verl.trainer.in_content_order).")
     actor_optim_lr_scheduler_type: Literal["constant", "cosine"] = Field(
         "constant", description="Learning-rate schedule after the warm-up (verl's FSDP engine "
         "has these two; cosine decays to 0 at the last step).")
