@@ -96,6 +96,7 @@ KNOWN_UNNEEDED: dict[str, str] = {
     "scipy": "mlflow/models/utils.py imports it in a try block (HAS_SCIPY)",
     "python-dotenv": "mlflow's own CLI (mlflow/cli) and uvicorn's --env-file only",
     "pyasn1-modules": "google-auth's pure-Python RSA fallback; cryptography is carried",
+    "openai": "the project's judge reward only (rewards/judge.py imports it inside a function)",
 }
 
 
@@ -362,10 +363,19 @@ def marker_environment(python_version: str, machine: str = "x86_64") -> dict[str
             "python_version": short, "sys_platform": "linux", "extra": ""}
 
 
+def project_requires(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The project's own ``[project].dependencies``, which the rungs import as much as verl's."""
+    import tomllib
+
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
 def requires_report(wheels: dict[str, tuple[str, Path]], carried: dict[str, str],
-                    image: dict[str, str | None], python_version: str) -> dict[str, Any]:
+                    image: dict[str, str | None], python_version: str,
+                    project: Sequence[str] = ()) -> dict[str, Any]:
     """Every Requires-Dist (no extra, marker true on the target) of ``wheels``
-    ({name: (version, wheel)}), sorted by where it is met.
+    ({name: (version, wheel)}) and every requirement in ``project`` (the project's own
+    dependencies), sorted by where it is met.
 
     ``carried``: {name: version} of what the bundles carry; those shadow the image's.
     Returns {"unresolved": [...], "conflicts": [...], "known_unneeded": {...}}; entries name
@@ -377,8 +387,12 @@ def requires_report(wheels: dict[str, tuple[str, Path]], carried: dict[str, str]
     unresolved: dict[str, dict[str, Any]] = {}
     conflicts: list[dict[str, str]] = []
     unneeded: dict[str, dict[str, Any]] = {}
-    for owner, (owner_version, wheel) in sorted(wheels.items()):
-        for line in wheel_requires(wheel):
+    owners = [(f"{owner} {version}", wheel_requires(wheel))
+              for owner, (version, wheel) in sorted(wheels.items())]
+    if project:
+        owners.append(("the project (pyproject.toml)", list(project)))
+    for by, lines in owners:
+        for line in lines:
             try:
                 req = Requirement(line)
             except InvalidRequirement:
@@ -386,7 +400,6 @@ def requires_report(wheels: dict[str, tuple[str, Path]], carried: dict[str, str]
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
             name = normalize(req.name)
-            by = f"{owner} {owner_version}"
             have = carried.get(name)
             where = "bundle"
             if have is None and name in image:
@@ -760,7 +773,7 @@ def build(args: argparse.Namespace) -> int:
     seconds["fetch"] = round(time.perf_counter() - t, 1)
     carried = {i.name: i.version for i in plan.items}
     report = requires_report({i.name: (i.version, wheel_paths[i.name]) for i in plan.items},
-                             carried, image, args.python_version)
+                             carried, image, args.python_version, project_requires())
     print("Requires-Dist not in the bundles nor in the image list:")
     if report["known_unneeded"]:
         print(f"  known unneeded: {', '.join(report['known_unneeded'])}")

@@ -46,6 +46,7 @@ import argparse
 import json
 import lzma
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -80,26 +81,28 @@ SMOKE_STAGES = [name for name, *_ in RUNGS if name.startswith("smoke-")]
 # Rungs that need vLLM's CUDA kernels: not on a CPU (data_prep, preflight and merge run
 # anywhere: `--device cpu` checks them here).
 NEEDS_CUDA = {"d", "smoke-train", "smoke-eval"}
-# What a rung imports beyond the image (rung -> modules): missing ones skip the rung.
+# What a rung imports beyond the image (rung -> modules): missing ones skip the rung. Every
+# rung that scores a reward needs pebble (the first GPU box lacked it: every reward scored 0).
 NEEDS = {
     "a": ["rl_pipeline.evaluation.generate"],
-    "b": ["trl", "rl_pipeline.engines.trl.train"],
-    "c": ["verl", "ray", "transfer_queue", "mlflow", "rl_pipeline.engines.verl.engine"],
-    "c2": ["verl", "ray", "transfer_queue", "mlflow", "gguf"],
-    "e": ["kedro", "kedro_mlflow", "mlflow", "trl"],
+    "b": ["trl", "pebble", "rl_pipeline.engines.trl.train"],
+    "c": ["verl", "ray", "transfer_queue", "mlflow", "pebble",
+          "rl_pipeline.engines.verl.engine"],
+    "c2": ["verl", "ray", "transfer_queue", "mlflow", "pebble", "gguf"],
+    "e": ["kedro", "kedro_mlflow", "mlflow", "trl", "pebble", "scipy"],
     "v": ["vllm"],
-    "d": ["vllm", "verl", "ray", "transfer_queue", "mlflow"],
-    "smoke-data_prep": ["kedro", "kedro_mlflow", "mlflow"],
+    "d": ["vllm", "verl", "ray", "transfer_queue", "mlflow", "pebble"],
+    "smoke-data_prep": ["kedro", "kedro_mlflow", "mlflow", "pebble"],
     "smoke-preflight": ["verl", "kedro", "kedro_mlflow", "mlflow"],
-    "smoke-train": ["vllm", "verl", "ray", "kedro", "kedro_mlflow", "mlflow"],
+    "smoke-train": ["vllm", "verl", "ray", "kedro", "kedro_mlflow", "mlflow", "pebble"],
     "smoke-merge": ["kedro", "kedro_mlflow", "mlflow"],
-    "smoke-eval": ["vllm", "kedro", "kedro_mlflow", "mlflow"],
+    "smoke-eval": ["vllm", "kedro", "kedro_mlflow", "mlflow", "pebble", "scipy"],
 }
 IMPORTS = ["torch", "transformers", "tokenizers", "peft", "accelerate", "numpy", "pandas",
            "pyarrow", "trl", "verl", "ray", "transfer_queue", "tensordict", "hydra",
            "omegaconf", "datasets", "pydantic", "gguf", "kedro", "kedro_datasets",
-           "kedro_mlflow", "mlflow", "sqlalchemy", "math_verify", "rl_pipeline",
-           "rl_pipeline.engines.verl.hf_rollout"]
+           "kedro_mlflow", "mlflow", "sqlalchemy", "math_verify", "pebble", "scipy",
+           "rl_pipeline", "rl_pipeline.engines.verl.hf_rollout"]
 
 
 # -- the orchestrator (standard library only: it runs before the bundles are unpacked) --
@@ -177,21 +180,36 @@ def run_rungs(args: argparse.Namespace) -> dict[str, Any]:
         if reason:
             result.update(status="skipped", reason=reason)
         else:
+            # A rung never outlasts the call: the box's command limit kills everything,
+            # and a verdict that says "timeout" beats none.
+            if args.budget_s:
+                limit = int(min(limit, args.budget_s - (time.time() - started) - 5))
+                result["limit_s"] = limit
+        if not reason and limit < 10:
+            result.update(status="skipped", reason=f"--budget-s {args.budget_s} spent")
+        elif not reason:
             log.write(f"\n===== rung {name}: {what} (limit {limit}s) =====\n")
             log.flush()
             command = [python, str(Path(__file__).resolve()), "--rung", name, "--device",
                        args.device, "--work", str(work), "--bundles", str(args.bundles)]
             began = time.time()
+            offset = log.tell()
+            # Straight into the log, not through a pipe: when the box is reclaimed mid-rung
+            # the log still shows how far the rung got (a piped rung's output was lost).
+            # A session of its own, so that a timeout also stops what the rung started
+            # (Ray's workers, kedro's children), which would hold the GPU for the next rung.
+            child = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                child = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, timeout=limit)
-                text, rc = child.stdout, child.returncode
-            except subprocess.TimeoutExpired as exc:
-                text = exc.stdout if isinstance(exc.stdout, str) else (
-                    exc.stdout or b"").decode(errors="replace")
+                rc: int | str = child.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
                 rc = "timeout"
-            log.write(text)
             log.flush()
+            with open(out / "rungs.log", errors="replace") as written:
+                written.seek(offset)
+                text = written.read()
             found = [line for line in text.splitlines() if line.startswith("RESULT ")]
             result.update(json.loads(found[-1][7:]) if found else {})
             result["seconds"] = round(time.time() - began, 1)
@@ -558,6 +576,9 @@ def main() -> None:
                         "with the project's own environment)")
     parser.add_argument("--work", default="/tmp/fl-work", help="models, runs, checkpoints")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="end every rung within this many seconds of the start (set it "
+                             "below the call's limit; a rung cut short is reported 'timeout')")
     parser.add_argument("--rung", help=argparse.SUPPRESS)  # a child process: one rung
     args = parser.parse_args()
     if args.rung:

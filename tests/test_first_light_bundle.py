@@ -86,6 +86,31 @@ def test_every_name_in_first_light_txt_is_pinned_in_gpu_lock() -> None:
         assert required in bundles["K"]
 
 
+def test_every_dependency_of_the_project_reaches_the_box() -> None:
+    # The first GPU box had no pebble (a dependency of the project, not of any bundled
+    # wheel, so the Requires-Dist check never saw it): every reward scored 0 there.
+    from packaging.requirements import Requirement
+
+    plan = fl.make_plan(fl.parse_bundles(fl.BUNDLE_LIST.read_text()),
+                        fl.parse_lock(fl.LOCK.read_text()),
+                        fl.parse_image(fl.DEFAULT_IMAGE.read_text()))
+    there = {i.name for i in plan.items} | set(fl.parse_image(fl.DEFAULT_IMAGE.read_text()))
+    names = [fl.normalize(Requirement(line).name) for line in fl.project_requires()]
+    assert {"pebble", "scipy", "verl"} <= set(names)
+    assert [n for n in names if n not in there and n not in fl.KNOWN_UNNEEDED] == []
+
+
+def test_the_report_names_a_project_dependency_that_nothing_provides(tmp_path) -> None:
+    owner = _fake_wheel(tmp_path, "owner", "1.0", ["carried"])
+    report = fl.requires_report({"owner": ("1.0", owner)}, {"owner": "1.0", "carried": "1"},
+                                {}, "3.12", project=["pebble>=5.1", "carried", "wandb"])
+    assert list(report["unresolved"]) == ["pebble"]
+    assert report["unresolved"]["pebble"]["required_by"] == [
+        "the project (pyproject.toml) (>=5.1)"]
+    assert report["known_unneeded"]["wandb"]["required_by"] == [
+        "the project (pyproject.toml) (any)"]
+
+
 def test_the_real_plan_replaces_the_images_transformers_with_the_locked_one() -> None:
     from packaging.version import Version
 

@@ -78,3 +78,21 @@ def test_the_vllm_sets_units_that_have_arrived_are_unpacked_before_the_rungs(tmp
     verdict = json.loads((tmp_path / "fl/verdict.json").read_text())
     assert verdict["vllm_set"]["unpacked"] == ["vllm-python.txz"]
     assert (site / "vllm/marker.py").read_text() == "VALUE = 1\n"
+
+
+def test_a_rung_past_the_budget_is_stopped_its_output_kept_and_the_rest_skipped(
+        tmp_path) -> None:
+    # The box kills the whole call at its limit; the first GPU call lost a rung that way
+    # (its output was piped and written only at its end). With --budget-s the script stops
+    # the rung itself, and the log shows how far it got.
+    line, verdict = _first_light(tmp_path, "--device", "cpu", "--site", "",
+                                 "--rungs", "a0,c,e", "--budget-s", "45")
+    rungs = verdict["rungs"]
+    assert rungs["a0"]["status"] == "pass"
+    assert rungs["c"]["status"] == "FAIL" and rungs["c"]["rc"] == "timeout"
+    assert rungs["c"]["limit_s"] < 45
+    assert rungs["e"] == {**rungs["e"], "status": "skipped", "reason": "--budget-s 45.0 spent"}
+    log = (tmp_path / "fl/rungs.log").read_text()
+    assert "===== rung c:" in log and "ray init kwargs" in log.split("===== rung c:")[1]
+    assert verdict["seconds"] < 45
+    assert line.startswith("FIRST-LIGHT a0=pass c=FAIL(rc timeout")
