@@ -166,3 +166,23 @@ def test_a_ray_cluster_with_too_few_cpus_is_refused_with_the_count(inputs) -> No
                                        {"cluster": {**cluster, "cpus": 34.0}}, cpu=False,
                                        local=False,
                                        cluster=True) if p.parameter == "ray_address"]
+
+
+def test_the_transformers_rollout_is_sized_by_its_model_and_batch_not_vllms_share(
+        inputs) -> None:
+    # First light on the lent H100 (ENGINE hf) was planned at vLLM's 0.6 x 79.2 = 47.5 GiB,
+    # and the run's rollout held a copy of the tiny model.
+    facts = ModelFacts.read(inputs.model_path, 8, "all-linear")
+    vllm = _plan(inputs, gpu_memory_gib=80).report["host"]["gpu_memory"]
+    assert vllm["rollout"] == "vLLM"
+    assert vllm["rollout_gib"] == pytest.approx(
+        VerlParams().rollout_gpu_memory_utilization * 80, abs=0.01)
+    hf = _plan(inputs, gpu_memory_gib=80, ENGINE="hf").report["host"]["gpu_memory"]
+    assert hf["rollout"] == "the transformers rollout"
+    weights = 2 * facts.parameters / 2**30  # bfloat16 on a GPU (rollout dtype auto)
+    assert hf["vllm_during_actor_gib"] == pytest.approx(weights, abs=0.01)
+    assert weights < hf["rollout_gib"] < vllm["rollout_gib"] / 10
+    # The KV cache grows with the step's sequences: twice the prompts, more memory.
+    more = _plan(inputs, gpu_memory_gib=80, ENGINE="hf",
+                 data_train_batch_size=2 * SMALL["data_train_batch_size"])
+    assert more.report["host"]["gpu_memory"]["rollout_gib"] > hf["rollout_gib"]

@@ -15,6 +15,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -190,12 +191,13 @@ def free_gib(path: str) -> float:
 class MemoryPlan:
     """One GPU's worst case in each phase of a step, in GiB."""
 
-    rollout_gib: float      # vLLM's share, beside the actor's resident state
+    rollout_gib: float      # the rollout's share (vLLM's, or the transformers rollout's)
     actor_static_gib: float  # weights, gradients, optimizer state resident on the GPU
     update_gib: float       # one update micro-batch: logits, checkpointed inputs, mask
     log_prob_gib: float     # one log-prob micro-batch (no gradient): logits, mask
-    vllm_during_actor_gib: float
+    vllm_during_actor_gib: float  # what the rollout holds while the actor works
     packed_tokens: int      # the largest packed micro-batch, in tokens
+    rollout: str = "vLLM"   # which rollout, for the messages
 
     @property
     def actor_peak_gib(self) -> float:
@@ -206,14 +208,16 @@ class MemoryPlan:
     def rollout_peak_gib(self) -> float:
         return CUDA_CONTEXT_GIB + self.actor_static_gib + self.rollout_gib
 
-    def as_dict(self) -> dict[str, float]:
-        out = {k: round(v, 2) for k, v in asdict(self).items()}
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
         return {**out, "actor_peak_gib": round(self.actor_peak_gib, 2),
                 "rollout_peak_gib": round(self.rollout_peak_gib, 2)}
 
 
-def memory_plan(config: DictConfig, facts: ModelFacts, gpu_gib: float) -> MemoryPlan:
-    """Each phase's worst case on one GPU of ``gpu_gib``.
+def memory_plan(config: DictConfig, facts: ModelFacts, gpu_gib: float,
+                hf_rollout: bool = False) -> MemoryPlan:
+    """Each phase's worst case on one GPU of ``gpu_gib``; ``hf_rollout``: the transformers
+    rollout (``train.verl.ENGINE: hf``) instead of vLLM's.
 
     With sequence packing (``use_remove_padding``) a micro-batch is one row of all its
     tokens; with sdpa, transformers builds a dense block-causal mask over it and torch's
@@ -250,6 +254,20 @@ def memory_plan(config: DictConfig, facts: ModelFacts, gpu_gib: float) -> Memory
         static = 2 * 4 * facts.parameters / max(facts.layers, 1)
     else:
         static = 4 * facts.parameters / gpus + 12 * trainable / gpus
+    if hf_rollout:
+        # No reserved pool: its own model copy, which stays while the actor works, and
+        # during generation a step's KV cache (bounded by hidden_size per layer: grouped-
+        # query attention stores less) and the float32 scores over the vocabulary, twice.
+        # The lent H100's first light reserved none of vLLM's 47.5 GiB (docs/gpu.md).
+        weight_bytes = 4 if str(rollout.dtype) in ("float32", "fp32") else 2
+        weights = weight_bytes * facts.parameters
+        sequences = config.data.train_batch_size * rollout.n / gpus
+        kv = sequences * tokens * facts.layers * 2 * facts.hidden_size * weight_bytes
+        scores = 2 * sequences * facts.vocab_size * 4
+        return MemoryPlan(rollout_gib=(weights + kv + scores) / GiB,
+                          actor_static_gib=static / GiB, update_gib=update,
+                          log_prob_gib=log_prob, vllm_during_actor_gib=weights / GiB,
+                          packed_tokens=max(n_update, n_log), rollout="the transformers rollout")
     vllm = rollout.gpu_memory_utilization * gpu_gib
     during_actor = VLLM_ASLEEP_GIB if rollout.free_cache_engine else vllm
     return MemoryPlan(rollout_gib=vllm, actor_static_gib=static / GiB, update_gib=update,
@@ -268,15 +286,18 @@ def memory_problem(plan: MemoryPlan, gpu_gib: float) -> str | None:
                 f"{plan.actor_peak_gib:.1f} GiB = the {biggest[0]} micro-batch "
                 f"{biggest[1]:.1f} GiB ({plan.packed_tokens} packed tokens at the prompt + "
                 f"response caps: logits and a dense attention mask quadratic in them) + "
-                f"resident state {plan.actor_static_gib:.1f} GiB + vLLM "
+                f"resident state {plan.actor_static_gib:.1f} GiB + {plan.rollout} "
                 f"{plan.vllm_during_actor_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB CUDA "
                 "context. Lower actor_ppo_micro_batch_size_per_gpu / "
                 "rollout_log_prob_micro_batch_size_per_gpu / "
                 "ref_log_prob_micro_batch_size_per_gpu, data.data_max_response_length, or "
                 "rollout_gpu_memory_utilization (set rollout_free_cache_engine: true so that "
                 "vLLM sleeps while the actor works)")
-    return (f"a rollout that fits {gpu_gib:g} GiB per GPU: vLLM's "
-            f"{plan.rollout_gib:.1f} GiB (rollout_gpu_memory_utilization) + the actor's "
+    share = ("(rollout_gpu_memory_utilization)" if plan.rollout == "vLLM" else
+             "(its model copy, a step's KV cache and scores: lower data_train_batch_size "
+             "or rollout_n)")
+    return (f"a rollout that fits {gpu_gib:g} GiB per GPU: {plan.rollout}'s "
+            f"{plan.rollout_gib:.1f} GiB {share} + the actor's "
             f"resident {plan.actor_static_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB context = "
             f"{plan.rollout_peak_gib:.1f} GiB. Lower rollout_gpu_memory_utilization or turn "
             "on actor_fsdp_config_offload_policy")

@@ -364,7 +364,7 @@ def _check_host(verl: VerlParams, config: DictConfig, inputs: LaunchInputs,
     if gpu_gib == "auto":
         gpu_gib = _local_gpu_gib() if local else None
     if facts is not None and gpu_gib and not cpu:
-        memory = memory_plan(config, facts, gpu_gib)
+        memory = memory_plan(config, facts, gpu_gib, hf_rollout=verl.ENGINE == HF_ROLLOUT)
         host["gpu_memory"] = {"gpu_gib": round(gpu_gib, 1), **memory.as_dict()}
         if problem := memory_problem(memory, gpu_gib):
             problems.append(Problem("gpu_memory_gib", verl.gpu_memory_gib, problem))
