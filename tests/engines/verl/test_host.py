@@ -180,7 +180,7 @@ def test_the_transformers_rollout_is_sized_by_its_model_and_batch_not_vllms_shar
     hf = _plan(inputs, gpu_memory_gib=80, ENGINE="hf").report["host"]["gpu_memory"]
     assert hf["rollout"] == "the transformers rollout"
     weights = 2 * facts.parameters / 2**30  # bfloat16 on a GPU (rollout dtype auto)
-    assert hf["vllm_during_actor_gib"] == pytest.approx(weights, abs=0.01)
+    assert hf["rollout_during_actor_gib"] == pytest.approx(weights, abs=0.01)
     assert weights < hf["rollout_gib"] < vllm["rollout_gib"] / 10
     # The KV cache grows with the step's sequences: twice the prompts, more memory.
     more = _plan(inputs, gpu_memory_gib=80, ENGINE="hf",

@@ -195,13 +195,13 @@ class MemoryPlan:
     actor_static_gib: float  # weights, gradients, optimizer state resident on the GPU
     update_gib: float       # one update micro-batch: logits, checkpointed inputs, mask
     log_prob_gib: float     # one log-prob micro-batch (no gradient): logits, mask
-    vllm_during_actor_gib: float  # what the rollout holds while the actor works
+    rollout_during_actor_gib: float  # what the rollout holds while the actor works
     packed_tokens: int      # the largest packed micro-batch, in tokens
     rollout: str = "vLLM"   # which rollout, for the messages
 
     @property
     def actor_peak_gib(self) -> float:
-        return (CUDA_CONTEXT_GIB + self.actor_static_gib + self.vllm_during_actor_gib
+        return (CUDA_CONTEXT_GIB + self.actor_static_gib + self.rollout_during_actor_gib
                 + max(self.update_gib, self.log_prob_gib))
 
     @property
@@ -266,12 +266,12 @@ def memory_plan(config: DictConfig, facts: ModelFacts, gpu_gib: float,
         scores = 2 * sequences * facts.vocab_size * 4
         return MemoryPlan(rollout_gib=(weights + kv + scores) / GiB,
                           actor_static_gib=static / GiB, update_gib=update,
-                          log_prob_gib=log_prob, vllm_during_actor_gib=weights / GiB,
+                          log_prob_gib=log_prob, rollout_during_actor_gib=weights / GiB,
                           packed_tokens=max(n_update, n_log), rollout="the transformers rollout")
     vllm = rollout.gpu_memory_utilization * gpu_gib
     during_actor = VLLM_ASLEEP_GIB if rollout.free_cache_engine else vllm
     return MemoryPlan(rollout_gib=vllm, actor_static_gib=static / GiB, update_gib=update,
-                      log_prob_gib=log_prob, vllm_during_actor_gib=during_actor,
+                      log_prob_gib=log_prob, rollout_during_actor_gib=during_actor,
                       packed_tokens=max(n_update, n_log))
 
 
@@ -287,12 +287,13 @@ def memory_problem(plan: MemoryPlan, gpu_gib: float) -> str | None:
                 f"{biggest[1]:.1f} GiB ({plan.packed_tokens} packed tokens at the prompt + "
                 f"response caps: logits and a dense attention mask quadratic in them) + "
                 f"resident state {plan.actor_static_gib:.1f} GiB + {plan.rollout} "
-                f"{plan.vllm_during_actor_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB CUDA "
+                f"{plan.rollout_during_actor_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB CUDA "
                 "context. Lower actor_ppo_micro_batch_size_per_gpu / "
                 "rollout_log_prob_micro_batch_size_per_gpu / "
-                "ref_log_prob_micro_batch_size_per_gpu, data.data_max_response_length, or "
-                "rollout_gpu_memory_utilization (set rollout_free_cache_engine: true so that "
-                "vLLM sleeps while the actor works)")
+                "ref_log_prob_micro_batch_size_per_gpu, data.data_max_response_length"
+                + (", or rollout_gpu_memory_utilization (set rollout_free_cache_engine: true "
+                   "so that vLLM sleeps while the actor works)" if plan.rollout == "vLLM"
+                   else ""))
     share = ("(rollout_gpu_memory_utilization)" if plan.rollout == "vLLM" else
              "(its model copy, a step's KV cache and scores: lower data_train_batch_size "
              "or rollout_n)")
