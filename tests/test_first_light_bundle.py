@@ -91,10 +91,10 @@ def test_every_dependency_of_the_project_reaches_the_box() -> None:
     # wheel, so the Requires-Dist check never saw it): every reward scored 0 there.
     from packaging.requirements import Requirement
 
+    image = fl.parse_image(fl.DEFAULT_IMAGE.read_text())
     plan = fl.make_plan(fl.parse_bundles(fl.BUNDLE_LIST.read_text()),
-                        fl.parse_lock(fl.LOCK.read_text()),
-                        fl.parse_image(fl.DEFAULT_IMAGE.read_text()))
-    there = {i.name for i in plan.items} | set(fl.parse_image(fl.DEFAULT_IMAGE.read_text()))
+                        fl.parse_lock(fl.LOCK.read_text()), image)
+    there = {i.name for i in plan.items} | set(image)
     names = [fl.normalize(Requirement(line).name) for line in fl.project_requires()]
     assert {"pebble", "scipy", "verl"} <= set(names)
     assert [n for n in names if n not in there and n not in fl.KNOWN_UNNEEDED] == []

@@ -12,9 +12,11 @@ from rl_pipeline.engines.verl import plan as verl_plan
 from rl_pipeline.engines.verl.config import compose_verl_config
 from rl_pipeline.engines.verl.host import (
     DriverError,
+    MemoryPlan,
     disk_plan,
     local_cpus,
     memory_plan,
+    memory_problem,
     ray_cpus_needed,
 )
 from rl_pipeline.engines.verl.plan import plan_verl
@@ -186,3 +188,16 @@ def test_the_transformers_rollout_is_sized_by_its_model_and_batch_not_vllms_shar
     more = _plan(inputs, gpu_memory_gib=80, ENGINE="hf",
                  data_train_batch_size=2 * SMALL["data_train_batch_size"])
     assert more.report["host"]["gpu_memory"]["rollout_gib"] > hf["rollout_gib"]
+
+
+def test_a_transformers_rollout_that_cannot_fit_names_what_lowers_it() -> None:
+    # Its share is its model copy and a step's cache: vLLM's memory setting does nothing.
+    plan = MemoryPlan(rollout_gib=10, actor_static_gib=0.1, update_gib=0.1, log_prob_gib=0.1,
+                      rollout_during_actor_gib=0.5, packed_tokens=64,
+                      rollout="the transformers rollout")
+    message = memory_problem(plan, 5)
+    assert "the transformers rollout's 10.0 GiB (its model copy" in message
+    assert "Lower data_train_batch_size or rollout_n" in message
+    assert "rollout_gpu_memory_utilization" not in message
+    vllm = memory_problem(MemoryPlan(**{**plan.__dict__, "rollout": "vLLM"}), 5)
+    assert "Lower rollout_gpu_memory_utilization" in vllm

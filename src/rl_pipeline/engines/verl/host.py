@@ -294,11 +294,12 @@ def memory_problem(plan: MemoryPlan, gpu_gib: float) -> str | None:
                 + (", or rollout_gpu_memory_utilization (set rollout_free_cache_engine: true "
                    "so that vLLM sleeps while the actor works)" if plan.rollout == "vLLM"
                    else ""))
-    share = ("(rollout_gpu_memory_utilization)" if plan.rollout == "vLLM" else
-             "(its model copy, a step's KV cache and scores: lower data_train_batch_size "
-             "or rollout_n)")
+    share, lever = (("rollout_gpu_memory_utilization", "rollout_gpu_memory_utilization")
+                    if plan.rollout == "vLLM" else
+                    ("its model copy, a step's KV cache and scores",
+                     "data_train_batch_size or rollout_n"))
     return (f"a rollout that fits {gpu_gib:g} GiB per GPU: {plan.rollout}'s "
-            f"{plan.rollout_gib:.1f} GiB {share} + the actor's "
+            f"{plan.rollout_gib:.1f} GiB ({share}) + the actor's "
             f"resident {plan.actor_static_gib:.1f} GiB + {CUDA_CONTEXT_GIB:g} GiB context = "
-            f"{plan.rollout_peak_gib:.1f} GiB. Lower rollout_gpu_memory_utilization or turn "
-            "on actor_fsdp_config_offload_policy")
+            f"{plan.rollout_peak_gib:.1f} GiB. Lower {lever} or turn on "
+            "actor_fsdp_config_offload_policy")
