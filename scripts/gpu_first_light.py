@@ -568,7 +568,7 @@ def main() -> None:
     parser.add_argument("--rungs", default=",".join(name for name, *_ in RUNGS
                                                     if name not in {"v", *NEEDS_CUDA}),
                         help="which rungs, in RUNGS' order (default: the first light's, "
-                        "without vLLM)")
+                        "without vLLM); on cuda a0 is always added")
     parser.add_argument("--bundles", type=Path, default=ROOT / ".gpu")
     parser.add_argument("--site", type=lambda v: Path(v) if v else None,
                         default=Path("/tmp/fl-site"), help="where the bundles are unpacked "
@@ -592,6 +592,10 @@ def main() -> None:
             sys.exit(1)
         return
     args.rungs = args.rungs.split(",")
+    if args.device == "cuda" and "a0" not in args.rungs:
+        # Every later rung on a GPU waits for a0's verdict: a call that left it out (the
+        # second call of a session, on a warm box) skipped them all (5 s of checks).
+        args.rungs.insert(0, "a0")
     print(verdict_line(run_rungs(args)), flush=True)
 
 
