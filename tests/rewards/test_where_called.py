@@ -11,6 +11,8 @@ the MATH scorer scored every verl sample 0 until its limit moved into a worker p
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -262,3 +264,37 @@ def test_a_term_that_raises_scores_zero_alone_and_is_counted(tmp_path: Path) -> 
     assert (scored.reward, scored.extra) == (1.0, {"term_correct": 1.0, "term_boom": 0.0})
     assert scored.parts()["reward_error"] == 1.0 and "boom: KeyError" in scored.error
     assert reward.errors == 1
+
+
+STARTS_AT_BUILD = """
+import sys, time
+import psutil
+from verl.trainer.ppo.reward import load_reward_manager
+from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
+from rl_pipeline.models.tokenizer import load_tokenizer
+from rl_pipeline.params import RewardParams
+from rl_pipeline.rewards.isolation import workers
+
+overrides = reward_overrides(RewardParams(), None)
+config = compose_verl_config(["data.max_response_length=64", *overrides])
+load_reward_manager(config, load_tokenizer(sys.argv[1]))
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    processes = psutil.Process().children(recursive=True)
+    if len(processes) > workers():  # the forkserver and its workers
+        break
+    time.sleep(0.2)
+print(len(processes), workers())
+"""
+
+
+@pytest.mark.slow
+def test_verls_reward_manager_starts_its_scorer_processes_when_built(tokenizer_dir) -> None:
+    """Before any sample: verl picks a reward worker at random per sample, so a pool started
+    at a worker's first sample held up a later step's whole rollout (docs/gpu.md, the
+    second lent H100 session). A fresh process, so no earlier test's pool is there."""
+    result = subprocess.run([sys.executable, "-c", STARTS_AT_BUILD, str(tokenizer_dir)],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    processes, workers = map(int, result.stdout.split()[-2:])
+    assert processes > workers, result.stdout

@@ -400,8 +400,13 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
         if name == REGEX and not path:  # in this thread: the regex package's own time limit
             return SafeReward(RegexAnswer(reward.regex.pattern, reward.timeout_s), strict,
                               penalty)
-        return SafeReward(load_reward_function(path, name), strict, penalty,
+        safe = SafeReward(load_reward_function(path, name), strict, penalty,
                           source=(path, name), timeout_s=reward.timeout_s)
+        if safe.timeout_s is not None:
+            from rl_pipeline.rewards.isolation import warm
+
+            warm()  # every caller scores next: its scorer processes start meanwhile
+        return safe
 
     if reward.terms:
         return WeightedReward([(t.metric, t.weight, contained(t.path, t.name))
@@ -437,6 +442,14 @@ async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
     scored = await asyncio.get_running_loop().run_in_executor(
         _pool(reward), scorer.score, data_source, solution_str, ground_truth, extra_info)
     return {"score": scored.reward, **scored.parts()}
+
+
+def prepare_verl_reward(reward: str) -> None:
+    """Build the reward :func:`verl_reward` scores with (``reward``: its ``reward`` keyword,
+    the group as JSON) ahead of its first sample, so that its scorer processes are
+    starting while verl's workers still load (verl's reward manager calls this when it is
+    built)."""
+    _reward_from_json(reward)
 
 
 @functools.cache

@@ -17,6 +17,7 @@ import numpy as np
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 
 from rl_pipeline.rewards.form import response_facts
+from rl_pipeline.rewards.scoring import prepare_verl_reward
 
 MODULE = "pkg://rl_pipeline.engines.verl.reward_manager"
 OVERRIDES = ("reward.reward_manager.source=importlib",
@@ -38,6 +39,10 @@ class ResponseFactsRewardManager(NaiveRewardManager):
         self.cap = int(config.data.max_response_length)
         self.stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id)
                          if i is not None}
+        custom = config.reward.get("custom_reward_function") or {}
+        reward = (custom.get("reward_kwargs") or {}).get("reward")
+        if isinstance(reward, str):  # ours (verl_reward): build it now, not at sample one
+            prepare_verl_reward(reward)
 
     async def run_single(self, data: Any) -> dict:
         item = data[-1]
