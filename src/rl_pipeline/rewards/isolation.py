@@ -58,11 +58,8 @@ def _pool() -> Any:
 
 def warm() -> None:
     """Start this process's pool now, without waiting for it: its forkserver's import and
-    its workers' start then overlap whatever the caller does before its first sample.
-
-    verl's reward loop picks a reward worker at random for each sample, so a worker's
-    first sample, which started its pool, could come at step 2 or later and hold up that
-    step's whole rollout (on the lent H100: 21-25 s rollouts at steps 1 and 2, 2 s after).
+    its workers' start then overlap whatever the caller does before its first sample
+    (:func:`~rl_pipeline.rewards.scoring.prepare_verl_reward` says where that pays).
     """
     _pool().schedule(_noop)
 

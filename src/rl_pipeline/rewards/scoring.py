@@ -400,13 +400,8 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
         if name == REGEX and not path:  # in this thread: the regex package's own time limit
             return SafeReward(RegexAnswer(reward.regex.pattern, reward.timeout_s), strict,
                               penalty)
-        safe = SafeReward(load_reward_function(path, name), strict, penalty,
+        return SafeReward(load_reward_function(path, name), strict, penalty,
                           source=(path, name), timeout_s=reward.timeout_s)
-        if safe.timeout_s is not None:
-            from rl_pipeline.rewards.isolation import warm
-
-            warm()  # every caller scores next: its scorer processes start meanwhile
-        return safe
 
     if reward.terms:
         return WeightedReward([(t.metric, t.weight, contained(t.path, t.name))
@@ -446,10 +441,19 @@ async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
 
 def prepare_verl_reward(reward: str) -> None:
     """Build the reward :func:`verl_reward` scores with (``reward``: its ``reward`` keyword,
-    the group as JSON) ahead of its first sample, so that its scorer processes are
-    starting while verl's workers still load (verl's reward manager calls this when it is
-    built)."""
-    _reward_from_json(reward)
+    the group as JSON) ahead of its first sample, and start its scorer processes
+    (:func:`~rl_pipeline.rewards.isolation.warm`) while verl's workers still load.
+
+    verl's reward manager calls this when it is built, where verl has several reward
+    workers: it sends each sample to one picked at random, so a worker's first sample, and
+    the start of its pool, could fall in step 2 and hold up that step's whole rollout.
+    """
+    from rl_pipeline.rewards.isolation import warm
+
+    scorer = _reward_from_json(reward)
+    terms = [t for _, _, t in scorer.terms] if isinstance(scorer, WeightedReward) else [scorer]
+    if any(term.timeout_s is not None for term in terms):
+        warm()
 
 
 @functools.cache
