@@ -95,6 +95,11 @@ def test_environment_passes_verls_preflight_on_its_hardware(env, inputs,
         plan.hardware.tensor_parallel
     assert config.actor_rollout_ref.model.lora_rank > 0  # LoRA everywhere
     assert config.actor_rollout_ref.rollout.n >= 2  # GRPO compares samples of a prompt
+    # Each GPU environment rolls out with vLLM, and its forecast decodes at vLLM's pace.
+    from rl_pipeline.engines.verl.plan import step_work
+
+    verl = TrainParams.model_validate(_loader(env)["parameters"]["train"]).verl
+    assert step_work(config, plan.report["host"], verl).rollout_backend == "vllm"
     if plan.hardware.nnodes > 1:
         assert config.ray_kwargs.ray_init.address == "auto"
         assert config.ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI == \

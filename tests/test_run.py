@@ -22,7 +22,7 @@ from kedro.io.core import Version
 from omegaconf import OmegaConf
 
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
-from rl_pipeline.engines.forecast import FIRST_STEP_METRIC
+from rl_pipeline.engines.forecast import FIRST_STEP_METRIC, GPU_ASSUMPTIONS
 from rl_pipeline.evaluation.verdict import HACKING, LEARNED, NO_CHANGE, WORSE
 from rl_pipeline.model_card import check_manifest
 from rl_pipeline.training_rollouts import PREFIX, TABLE
@@ -116,6 +116,7 @@ def test_preflight_checks_the_default_verl_config_on_a_cpu(default_run, tmp_path
     assert forecast["basis"].startswith("estimate: arithmetic for H100 (no GPU named here")
     assert forecast["devices"] == 8 and forecast["steps"] == 7 * (7473 // 512)
     assert forecast["cost"] == pytest.approx(2.5 * forecast["device_hours"], abs=0.01)
+    assert forecast["start_s"] == GPU_ASSUMPTIONS["verl_start_s"]  # verl's, with vLLM
     assert "Forecast (estimate" in result.stdout + result.stderr
     assert report["hardware"] == {"gpus_per_node": 8, "nnodes": 1, "tensor_parallel": 2,
                                   "device": "cuda"}

@@ -89,7 +89,7 @@ def test_each_engines_work_changes_the_forecast_as_it_changes_the_step():
 def test_the_gpu_estimate_follows_the_gpu_the_ranks_and_what_is_trained():
     work = replace(WORK, engine="verl", device="cuda", devices=8, tensor_parallel=2,
                    prompts=512, completions=5, response_cap=1024, log_prob_passes=2.0,
-                   recompute=True, gpu_peak_gib=60.0)
+                   recompute=True, gpu_peak_gib=60.0, rollout_backend="vllm")
     h100 = forecast_gpu(work, SEVEN_B, EVAL, 200.0, 3.0, gpu_name="NVIDIA H100 80GB HBM3")
     l4 = forecast_gpu(work, SEVEN_B, EVAL, 200.0, 3.0, gpu_name="NVIDIA L4")
     assert "H100" in h100["basis"] and "estimate" in h100["basis"]
@@ -113,6 +113,33 @@ def test_the_gpu_estimate_follows_the_gpu_the_ranks_and_what_is_trained():
     unnamed = forecast_gpu(work, SEVEN_B, EVAL, 200.0, None, gpu_name="")
     assert "no GPU named here: assumed H100" in unnamed["basis"]
     assert "estimate" in forecast_lines(unnamed) and "per GPU" in forecast_lines(unnamed)
+
+
+def test_the_gpu_estimate_charges_each_engine_and_generator_its_own_start_and_decoding():
+    # SmolLM2-135M's size: a model this small decodes faster than transformers' generate can
+    # take a step, so the per-step floor decides its rollout and HF eval.
+    small = ModelFacts(parameters=134_515_008, bytes_on_disk=269_060_552, vocab_size=49_152,
+                       hidden_size=576, layers=30, lora_parameters=2_442_240)
+    trl = replace(WORK, device="cuda")  # transformers' generate (TRL without use_vllm)
+    verl = replace(trl, engine="verl", log_prob_passes=2.0, rollout_backend="vllm")
+    h100 = "NVIDIA H100 80GB HBM3"
+    a = GPU_ASSUMPTIONS
+    t = forecast_gpu(trl, small, EVAL, 100.0, None, gpu_name=h100)
+    v = forecast_gpu(verl, small, replace(EVAL, backend="vllm"), 100.0, None, gpu_name=h100)
+    # One process loading a model against Ray's workers and vLLM's servers.
+    assert t["start_s"] == a["trl_start_s"] < v["start_s"] == a["verl_start_s"]
+    assert t["train_s"] == pytest.approx(a["trl_start_s"] + 40 * t["step_s"]["total"],
+                                         abs=0.2)
+    assert t["step_s"]["other"] == a["trl_step_overhead_s"] < v["step_s"]["other"]
+    # 24 response tokens (half the cap of 48), each at least one step of generate.
+    floor = 24 * a["hf_decode_step_s"]
+    assert floor <= t["step_s"]["rollout"] < floor * 1.05
+    assert v["step_s"]["rollout"] < floor / 10
+    # eval: 200 prompts in 7 batches of at most 32 with transformers, each batch 24 steps
+    # (half of max_new_tokens 48), after the model's load; vLLM's start-up instead.
+    hf_eval = 2 * (a["hf_eval_model_s"] + 7 * floor)
+    assert hf_eval <= t["eval_s"] < hf_eval * 1.05
+    assert 2 * a["vllm_eval_model_s"] <= v["eval_s"] < 2 * a["vllm_eval_model_s"] + 5
 
 
 def test_the_first_step_is_judged_against_the_forecast():
@@ -156,6 +183,9 @@ def test_a_trl_run_describes_its_steps_for_the_forecast(tiny_model_dir):
     assert cpu.lora["r"] == 16 and cpu.checkpoint_gib > 0
     full = step_work(TrlParams(apply_lora=False, max_steps=1), 600, str(tiny_model_dir))
     assert full.lora is None and full.checkpoint_gib > cpu.checkpoint_gib
+    # vLLM is forced off on a CPU (trl/config.py): transformers' generate samples.
+    assert step_work(TrlParams(use_vllm=True, max_steps=1), 600,
+                     str(tiny_model_dir)).rollout_backend == "hf"
 
 
 def test_the_calibration_reads_the_first_prompts_of_the_file(tmp_path):

@@ -89,14 +89,26 @@ GPU_KINDS = (
 )
 DEFAULT_GPU = "H100"
 # Assumed efficiencies, until a GPU run calibrates them (each is written into the forecast).
+# Start-up and eval's per-model cost depend on what runs: verl's Ray workers and vLLM
+# servers, or one process that loads the model (TRL; transformers' generate). The lent H100
+# (docs/gpu.md) ran the trl engine's train stage of a tiny Qwen2 in 58 s and its HF eval of two
+# models in 94 s, each with about 30 s of Kedro's own start: the trl and hf figures below
+# leave room for a real model's load. verl's with vLLM have not run on a GPU yet.
 GPU_ASSUMPTIONS: dict[str, float] = {
     "train_mfu": 0.35,          # of peak FLOPs in log-prob and update passes
     "prefill_mfu": 0.5,         # of peak FLOPs in the rollout's prefill
     "decode_bandwidth": 0.6,    # of peak bandwidth while decoding (weights read per token)
+    # transformers' generate: a decoding step costs at least this (Python and a kernel launch
+    # per layer, which vLLM's CUDA graphs skip); the lent H100's transformers rollout took
+    # about 2 s for 32 tokens of a tiny model, its reward and agent loop included
+    "hf_decode_step_s": 0.03,
     "response_fill": 0.5,       # mean response length over the cap (short answers: less)
-    "start_s": 300.0,           # Ray, the actor's and vLLM's loads, CUDA graphs
-    "step_overhead_s": 3.0,     # weight sync, TransferQueue and Ray calls per step
-    "eval_model_s": 120.0,      # eval's vLLM start-up per model
+    "verl_start_s": 300.0,      # Ray, the actor's and vLLM's loads, CUDA graphs
+    "trl_start_s": 60.0,        # the model's load, LoRA, CUDA's start
+    "verl_step_overhead_s": 3.0,  # weight sync, TransferQueue and Ray calls per step
+    "trl_step_overhead_s": 1.0,   # the optimizer step, reward and logging per step
+    "vllm_eval_model_s": 120.0,  # eval's vLLM start-up per model
+    "hf_eval_model_s": 30.0,    # eval's process and model load per model (transformers)
 }
 
 
@@ -106,7 +118,7 @@ def forecast_run(setup: TrainSetup, work: StepWork, eval_params: EvalParams,
     arithmetic on GPUs (module docstring)."""
     import pyarrow.parquet as pq
 
-    from rl_pipeline.evaluation.generate import sampling_settings
+    from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
 
     val_rows = pq.ParquetFile(setup.val_prompts_file).metadata.num_rows
     sampling = sampling_settings(eval_params, setup.data)
@@ -114,7 +126,9 @@ def forecast_run(setup: TrainSetup, work: StepWork, eval_params: EvalParams,
         sampling = replace(sampling, max_new_tokens=setup.data.data_max_response_length)
     eval_work = EvalWork(prompts=min(eval_params.max_prompts or val_rows, val_rows),
                          sampling=sampling, batch_size=eval_params.batch_size,
-                         dtype=eval_params.dtype)
+                         dtype=eval_params.dtype,
+                         backend=eval_params.backend if eval_params.backend != "auto"
+                         else pick_backend("auto"))
     template = dict(setup.data.data_apply_chat_template_kwargs)
     price = setup.train.price_per_device_hour
     if work.device == "cpu":
@@ -192,29 +206,41 @@ def forecast_gpu(work: StepWork, facts: ModelFacts, eval_work: EvalWork, prompt_
     response = a["response_fill"] * work.response_cap
     replicas = max(1, work.devices // work.tensor_parallel)
 
-    def rollout_s(sequences: float, replicas: int, tensor_parallel: int) -> float:
+    def rollout_s(sequences: float, replicas: int, tensor_parallel: int, backend: str,
+                  response: float = response) -> float:
         per_replica = sequences / replicas
         prefill = 2 * n * per_replica * prompt_tokens / (tensor_parallel * peak
                                                          * a["prefill_mfu"])
         per_token = max(weight_bytes / tensor_parallel / (bandwidth * a["decode_bandwidth"]),
-                        2 * n * per_replica / (tensor_parallel * peak * a["train_mfu"]))
+                        2 * n * per_replica / (tensor_parallel * peak * a["train_mfu"]),
+                        a["hf_decode_step_s"] if backend == "hf" else 0.0)
         return prefill + response * per_token
 
     tokens = work.sequences * (prompt_tokens + response)
     flops_per_token = (4 if work.lora else 6) * n + (2 * n if work.recompute else 0)
     step = {
-        "rollout": rollout_s(work.sequences, replicas, work.tensor_parallel)
-        * work.rollouts_per_step,
+        "rollout": rollout_s(work.sequences, replicas, work.tensor_parallel,
+                             work.rollout_backend) * work.rollouts_per_step,
         "log_probs": work.log_prob_passes * 2 * n * tokens / (work.devices * peak
                                                               * a["train_mfu"]),
         "update": work.update_passes * flops_per_token * tokens / (work.devices * peak
                                                                    * a["train_mfu"]),
-        "other": a["step_overhead_s"]}
+        "other": _per_engine(a, "step_overhead_s", work.engine)}
     validation = work.validations * rollout_s(work.validation_prompts, replicas,
-                                              work.tensor_parallel)
-    train_s = (a["start_s"] + work.steps * sum(step.values()) + validation)
-    eval_s = eval_work.models * (a["eval_model_s"] + rollout_s(
-        eval_work.prompts * eval_work.sampling.samples, 1, 1))
+                                              work.tensor_parallel, work.rollout_backend)
+    start_s = _per_engine(a, "start_s", work.engine)
+    train_s = (start_s + work.steps * sum(step.values()) + validation)
+    # vLLM schedules every sequence at once; transformers' generate works batch by batch
+    # (eval.batch_size prompts, each with its samples).
+    samples = eval_work.sampling.samples
+    eval_response = a["response_fill"] * (eval_work.sampling.max_new_tokens
+                                          or work.response_cap)
+    if eval_work.backend == "hf":
+        generate_s = eval_work.batches * rollout_s(
+            min(eval_work.prompts, eval_work.batch_size) * samples, 1, 1, "hf", eval_response)
+    else:
+        generate_s = rollout_s(eval_work.prompts * samples, 1, 1, "vllm", eval_response)
+    eval_s = eval_work.models * (a[f"{eval_work.backend}_eval_model_s"] + generate_s)
     peak_memory = work.gpu_peak_gib if work.gpu_peak_gib is not None else (
         # bfloat16 weights, and float32 weights and Adam moments of what is trained
         (weight_bytes + 12 * (facts.lora_parameters if work.lora else n)) / GiB
@@ -222,11 +248,17 @@ def forecast_gpu(work: StepWork, facts: ModelFacts, eval_work: EvalWork, prompt_
     assumed = "" if found else f" (no GPU named here: assumed {kind.name})"
     return _forecast(
         work, basis=f"estimate: arithmetic for {kind.name}{assumed}, not yet calibrated by a "
-                    "GPU run", step=step, start_s=a["start_s"],
+                    "GPU run", step=step, start_s=start_s,
         first_step_s=sum(step.values()), train_s=train_s, eval_s=eval_s,
         peak_memory_gib=peak_memory, devices=work.devices, price=price_per_device_hour,
         notes={"gpu": kind.name, "assumptions": dict(a), "prompt_tokens": round(prompt_tokens),
                "response_tokens": round(response)})
+
+
+def _per_engine(assumptions: dict[str, float], name: str, engine: str) -> float:
+    """The engine's assumption (``trl_start_s``); an engine without one is costed as verl,
+    the larger."""
+    return assumptions.get(f"{engine}_{name}", assumptions[f"verl_{name}"])
 
 
 def _forecast(work: StepWork, *, basis: str, step: dict[str, float], start_s: float,

@@ -41,6 +41,7 @@ class StepWork:
     validations: int = 0        # validation passes during training (verl's test_freq)
     validation_prompts: int = 0
     gpu_peak_gib: float | None = None  # the engine's own worst case per GPU, where it has one
+    rollout_backend: str = "hf"  # what generates on a GPU: vllm, or hf (transformers' generate)
 
     @property
     def sequences(self) -> int:
@@ -59,6 +60,7 @@ class EvalWork:
     batch_size: int
     dtype: str
     models: int = 2
+    backend: str = "hf"  # vllm or hf, resolved (eval.backend's auto decided)
 
     @property
     def batches(self) -> int:

@@ -101,8 +101,8 @@ def test_a_cpu_plan_describes_its_steps_for_the_forecast(inputs) -> None:
         ("verl", 6, 4, 4, 32)
     # verl recomputes the old log-probs every step; the spec's KL loss adds a reference pass.
     assert (work.log_prob_passes, work.update_passes, work.recompute) == (2.0, 1.0, True)
-    assert (work.device, work.devices, work.tensor_parallel, work.dtype) == \
-        ("cpu", 1, 1, "float32")
+    assert (work.device, work.devices, work.tensor_parallel, work.dtype,
+            work.rollout_backend) == ("cpu", 1, 1, "float32", "hf")
     assert work.lora == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05,
                          "target_modules": "all-linear"}
     # Saved at steps 4 and 6, one kept, of the size the disk check used; the base model's

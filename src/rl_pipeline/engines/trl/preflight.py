@@ -131,4 +131,5 @@ def step_work(params: TrlParams, train_rows: int, model_path: str) -> StepWork:
         device="cuda" if cuda else "cpu", devices=1, tensor_parallel=1, saves=saves,
         checkpoint_gib=checkpoint,
         checkpoints_kept=min(saves, params.save_total_limit or saves),
+        rollout_backend="vllm" if cuda and params.use_vllm else "hf",
         model_gib=(facts.bytes_on_disk / GiB) if facts else 0.0)

@@ -253,6 +253,7 @@ def step_work(config: DictConfig, host: dict[str, Any], verl: VerlParams) -> Ste
         validation_prompts=int(plan.get("validation_prompts", 0)),
         gpu_peak_gib=(max(memory["actor_peak_gib"], memory["rollout_peak_gib"])
                       if isinstance(memory, dict) else None),
+        rollout_backend="hf" if str(rollout.name) == "hf" else "vllm",
         model_gib=facts.bytes_on_disk / GiB if facts else 0.0)
 
 
