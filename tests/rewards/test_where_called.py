@@ -11,6 +11,7 @@ the MATH scorer scored every verl sample 0 until its limit moved into a worker p
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -284,7 +285,7 @@ while time.monotonic() < deadline:
     if len(processes) > workers():  # the forkserver and its workers
         break
     time.sleep(0.2)
-print(len(processes), workers())
+print(len(processes), workers(), config.reward.num_workers)
 """
 
 
@@ -296,5 +297,10 @@ def test_verls_reward_manager_starts_its_scorer_processes_when_built(tokenizer_d
     result = subprocess.run([sys.executable, "-c", STARTS_AT_BUILD, str(tokenizer_dir)],
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    processes, workers = map(int, result.stdout.split()[-2:])
+    processes, workers, reward_workers = map(int, result.stdout.split()[-3:])
     assert processes > workers, result.stdout
+    # Each of verl's reward workers (8) a share of the cores, not min(8, cores) each: on a
+    # node of 16 cores 16 scorer processes in all, not 64 (on 2 cores, 1 each).
+    assert reward_workers == 8
+    cores = len(os.sched_getaffinity(0))
+    assert workers * reward_workers <= max(cores, reward_workers), (workers, cores)

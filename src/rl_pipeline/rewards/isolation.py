@@ -36,11 +36,22 @@ class RewardTimeout(TimeoutError):
 
 _pools: dict[int, Any] = {}  # one pool per process (a fork must not reuse its parent's)
 _lock = threading.Lock()
+_peers = 1  # processes of the run with a pool of their own on these cores (share_cores)
+
+
+def share_cores(processes: int) -> None:
+    """Size this process's pool as one of ``processes`` that score beside each other
+    (verl's reward workers, 8 by default), before its first sample. A Ray actor sees every
+    core of its node, so each of 8 workers took min(8, cores) scorer processes: 64 on the
+    lent H100's 16 cores, each importing verl when the run starts."""
+    global _peers
+    _peers = max(1, processes)
 
 
 def workers() -> int:
-    """How many samples a process scores at once: its cores, at most :data:`MAX_WORKERS`."""
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    """How many samples a process scores at once: its share of the cores
+    (:func:`share_cores`), at least 1 and at most :data:`MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) // _peers))
 
 
 def _pool() -> Any:

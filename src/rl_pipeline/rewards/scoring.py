@@ -439,20 +439,22 @@ async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
     return {"score": scored.reward, **scored.parts()}
 
 
-def prepare_verl_reward(reward: str) -> None:
+def prepare_verl_reward(reward: str, reward_workers: int) -> None:
     """Build the reward :func:`verl_reward` scores with (``reward``: its ``reward`` keyword,
     the group as JSON) ahead of its first sample, and start its scorer processes
-    (:func:`~rl_pipeline.rewards.isolation.warm`) while verl's workers still load.
+    (:func:`~rl_pipeline.rewards.isolation.warm`), this worker's share of the cores
+    among ``reward_workers``, while verl's workers still load.
 
     verl's reward manager calls this when it is built, where verl has several reward
     workers: it sends each sample to one picked at random, so a worker's first sample, and
     the start of its pool, could fall in step 2 and hold up that step's whole rollout.
     """
-    from rl_pipeline.rewards.isolation import warm
+    from rl_pipeline.rewards.isolation import share_cores, warm
 
     scorer = _reward_from_json(reward)
     terms = [t for _, _, t in scorer.terms] if isinstance(scorer, WeightedReward) else [scorer]
     if any(term.timeout_s is not None for term in terms):
+        share_cores(reward_workers)
         warm()
 
 

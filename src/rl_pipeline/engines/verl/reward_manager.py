@@ -42,10 +42,12 @@ class ResponseFactsRewardManager(NaiveRewardManager):
         custom = config.reward.get("custom_reward_function") or {}
         reward = (custom.get("reward_kwargs") or {}).get("reward")
         # Ours (verl_reward), among several reward workers (verl's GPU default, 8): start
-        # the scorer processes now. One worker (the CPU mode) gets step 1's first sample
-        # anyway, and starting them beside the models' load cost verl runs on 2 cores ~7 s.
-        if isinstance(reward, str) and int(config.reward.get("num_workers") or 1) > 1:
-            prepare_verl_reward(reward)
+        # the scorer processes now, this worker's share of the cores. One worker (the CPU
+        # mode) gets step 1's first sample anyway, and starting them beside the models'
+        # load cost verl runs on 2 cores ~7 s.
+        reward_workers = int(config.reward.get("num_workers") or 1)
+        if isinstance(reward, str) and reward_workers > 1:
+            prepare_verl_reward(reward, reward_workers)
 
     async def run_single(self, data: Any) -> dict:
         item = data[-1]
