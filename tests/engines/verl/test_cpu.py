@@ -275,6 +275,9 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed, on
     assert re.search(rf"step {killed_at + 1} took [\d.]+ s, forecast 0\.0 s: [\d.]+x the "
                      "forecast", log), log[-3000:]
     assert len(re.findall(r"step \d+ took", log)) == 1
+    # Nothing of verl's libraries repeated at every step: TransferQueue's warning that its
+    # 8 threads exceed the cores, MLflow's download bar as the rollout table is appended.
+    assert "target_num_threads" not in log and "Downloading artifacts" not in log, log[-3000:]
     # verl's own metrics: the killed attempt logged the steps it finished, the rerun the
     # rest, each once: nothing redone, nothing skipped.
     first_steps = set(_history(cpu_bed["tracking_uri"], first_run, "critic/score/mean"))

@@ -248,6 +248,10 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     if inputs.tracking_uri:
         out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_TRACKING_URI="
                    f"{_hydra_value(inputs.tracking_uri)}")
+        # The rollout table is appended every step (MLflow's log_table downloads it first):
+        # no download progress bar in the run's log each step.
+        out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="
+                   f"{_hydra_value('false')}")
     if pip:
         out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
     if inputs.ray_address:
@@ -322,7 +326,17 @@ def cpu_overrides(ranks: int, dtype: str, *, cluster: bool = False) -> list[str]
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
         *[f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(value)}"
           for key, value in CPU_ENV.items()],
+        # TransferQueue sets torch's threads to TQ_NUM_THREADS (8) around every put and get,
+        # and warns at each where there are fewer physical cores (about 200 log lines a
+        # 40-step run on 2 cores); it then uses the cores it found, as it will now.
+        f"+{_RUNTIME_ENV}.env_vars.TQ_NUM_THREADS={_hydra_value(str(_tq_threads()))}",
     ]
+
+
+def _tq_threads() -> int:
+    import psutil
+
+    return max(1, min(8, psutil.cpu_count(logical=False) or os.cpu_count() or 1))
 
 
 def run_id_override(run_id: str) -> str:
