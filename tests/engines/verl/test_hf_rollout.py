@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_pipeline.engines.problems import PreflightError
-from rl_pipeline.engines.verl.config import CPU_MODULE, HF_ROLLOUT_MODULE
+from rl_pipeline.engines.verl.config import CPU_MODULE, HF_ROLLOUT_MODULE, ONCE_MODULE
 from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
@@ -33,7 +33,7 @@ def test_the_hf_rollout_on_gpus_plans_verls_own_cuda_workers(inputs, caplog) -> 
     assert config.actor_rollout_ref.rollout.name == "hf"
     assert config.trainer.device == "cuda"  # verl's own platform and workers, not the CPU's
     env = dict(config.ray_kwargs.ray_init.runtime_env.env_vars)
-    assert env["VERL_USE_EXTERNAL_MODULES"] == HF_ROLLOUT_MODULE
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{ONCE_MODULE},{HF_ROLLOUT_MODULE}"
     assert "VERL_PLATFORM" not in env
     assert not any(o.startswith("trainer.device=") for o in plan.overrides)
     assert plan.hardware.tensor_parallel == 1  # auto: the rollout is one process

@@ -41,6 +41,7 @@ from rl_pipeline.engines.verl.config import (
     command_line,
     compose_verl_config,
     cpu_overrides,
+    external_modules_override,
     hf_rollout_overrides,
     hydra_overrides,
     launch_overrides,
@@ -171,6 +172,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         launch += hf_rollout_overrides()
         report["rollout"] = HF_ROLLOUT_NOTE
         logger.warning("train.verl.ENGINE=hf on GPUs: %s", HF_ROLLOUT_NOTE)
+    else:
+        launch.append(external_modules_override())
     # An override that repeats one of the launch's (a configuration written for a 2-core
     # cluster sets what the CPU mode sets too) says nothing new: dropped, not refused.
     launched = {k.lstrip("+") for k in launch}

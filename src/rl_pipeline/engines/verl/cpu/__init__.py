@@ -13,10 +13,8 @@ weight sync and checkpoint manager on a machine without a GPU. Its layout is its
    the transformers rollout (``rollout.name: hf``, :mod:`rl_pipeline.engines.verl.hf_rollout`)
    registered with verl.
 
-3. :mod:`.once`: verl's per-sample warnings, logged once per process.
-
 verl's plugin hook (``VERL_USE_EXTERNAL_MODULES``) imports this package inside ``import verl``
-in every Ray process, so it imports only those. Not imported here:
+in every Ray process, so it imports only those two. Not imported here:
 
 - :mod:`.trainer`: the trainer and TaskRunner that put the worker where verl's sync trainer
   hard-wires its own; it imports verl's trainer, which imports verl (the engine imports it
@@ -27,6 +25,4 @@ in every Ray process, so it imports only those. Not imported here:
 
 # In this order (platform, then worker). Importing .worker alone runs this file first, so
 # the platform is always registered before verl's workers are imported.
-from rl_pipeline.engines.verl.cpu import once, platform, worker  # noqa: F401
-
-once.install()
+from rl_pipeline.engines.verl.cpu import platform, worker  # noqa: F401
