@@ -267,27 +267,24 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
 ONCE_MODULE = "rl_pipeline.engines.verl.once"
 
 
-def external_modules_override(*modules: str) -> str:
-    """verl's plugin hook (``VERL_USE_EXTERNAL_MODULES``) for every Ray process of the run:
-    :data:`ONCE_MODULE`, then ``modules`` (the CPU mode's, or the transformers rollout's)."""
-    return (f"+{_RUNTIME_ENV}.env_vars.VERL_USE_EXTERNAL_MODULES="
-            f"{_hydra_value(','.join([ONCE_MODULE, *modules]))}")
-
-
 # ENGINE: hf on GPUs: the module that registers the transformers rollout with verl, imported
 # by every Ray process through verl's plugin hook (verl's own CUDA platform and workers).
 HF_ROLLOUT_MODULE = "rl_pipeline.engines.verl.hf_rollout"
 
 
-def hf_rollout_overrides() -> list[str]:
-    """verl with the transformers rollout on its own CUDA platform (``ENGINE: hf``,
-    ``device: cuda``): verl's plugin hook registers it in every Ray process."""
-    return [external_modules_override(HF_ROLLOUT_MODULE)]
+def external_modules_override(*, cpu: bool, hf_rollout: bool) -> str:
+    """verl's plugin hook (``VERL_USE_EXTERNAL_MODULES``) for every Ray process of the run:
+    :data:`ONCE_MODULE`, then the CPU mode's (:data:`CPU_MODULE`, which registers the
+    transformers rollout too) or, on GPUs with ``ENGINE: hf``, :data:`HF_ROLLOUT_MODULE`."""
+    modules = [ONCE_MODULE, *([CPU_MODULE] if cpu else [HF_ROLLOUT_MODULE] if hf_rollout
+                              else [])]
+    return (f"+{_RUNTIME_ENV}.env_vars.VERL_USE_EXTERNAL_MODULES="
+            f"{_hydra_value(','.join(modules))}")
 
 
 # train.verl.device=cpu: the module that gives verl a CPU platform, workers and a rollout,
 # imported by every Ray process through verl's plugin hook before verl reads the device
-# (cpu_overrides), and the environment it reads.
+# (external_modules_override), and the environment it reads.
 CPU_MODULE = "rl_pipeline.engines.verl.cpu"
 CPU_ENV = {
     "VERL_PLATFORM": "cpu",
@@ -336,7 +333,6 @@ def cpu_overrides(ranks: int, dtype: str, *, cluster: bool = False) -> list[str]
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
         *[f"+{_RUNTIME_ENV}.env_vars.{key}={_hydra_value(value)}"
           for key, value in CPU_ENV.items()],
-        external_modules_override(CPU_MODULE),
         # TransferQueue sets torch's threads to TQ_NUM_THREADS (8) around every put and get,
         # and warns at each where there are fewer physical cores (about 200 log lines a
         # 40-step run on 2 cores); it then uses the cores it found, as it will now.

@@ -14,7 +14,7 @@ It serves two modes (docs/gpu.md):
 - ``device: cuda`` with ``ENGINE: hf``: verl's own CUDA workers and NCCL, the rollout on the
   GPU in transformers. A first-light and fallback mode, slower than vLLM, for a machine
   where vLLM is not installed (yet); verl's plugin hook imports this module in every Ray
-  process (``VERL_USE_EXTERNAL_MODULES``, ``config.hf_rollout_overrides``).
+  process (``VERL_USE_EXTERNAL_MODULES``, ``config.external_modules_override``).
 """
 
 from __future__ import annotations

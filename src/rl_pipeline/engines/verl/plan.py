@@ -42,7 +42,6 @@ from rl_pipeline.engines.verl.config import (
     compose_verl_config,
     cpu_overrides,
     external_modules_override,
-    hf_rollout_overrides,
     hydra_overrides,
     launch_overrides,
     override_key,
@@ -169,11 +168,9 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
         launch += cpu_overrides(hardware.gpus_per_node, verl.rollout_dtype,
                                 cluster=bool(inputs.ray_address))
     elif verl.ENGINE == HF_ROLLOUT:
-        launch += hf_rollout_overrides()
         report["rollout"] = HF_ROLLOUT_NOTE
         logger.warning("train.verl.ENGINE=hf on GPUs: %s", HF_ROLLOUT_NOTE)
-    else:
-        launch.append(external_modules_override())
+    launch.append(external_modules_override(cpu=cpu, hf_rollout=verl.ENGINE == HF_ROLLOUT))
     # An override that repeats one of the launch's (a configuration written for a 2-core
     # cluster sets what the CPU mode sets too) says nothing new: dropped, not refused.
     launched = {k.lstrip("+") for k in launch}
