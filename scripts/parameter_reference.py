@@ -295,6 +295,7 @@ def reference_markdown(catalog_file: Path = CATALOG_FILE,
     for spec in specs:
         out += _spec_section(spec, catalog)
     out += _equivalents_section()
+    out += _followers_section()
     out += _ours_section()
     out += _groups_section()
     return "\n".join(out).rstrip("\n") + "\n"
@@ -333,6 +334,16 @@ def _equivalents_section() -> list[str]:
     for eq in EQUIVALENTS:
         trl = f"`{eq.trl}`" + ("" if eq.trl in grpo else " (ours)")
         lines.append(_row([trl, _verl_side(eq), eq.note or "-"]))
+    return [*lines, ""]
+
+
+def _followers_section() -> list[str]:
+    lines = ["## One owner per setting", "",
+             "Where the specs give one setting several names, one parameter owns it and the "
+             "others follow (`FOLLOWERS` in `src/rl_pipeline/params/base.py`): left null they "
+             "take the owner's value, set to another value they are refused, naming both.", "",
+             "| follower | owner |", "| --- | --- |"]
+    lines += [_row([f"`{f.name}`", f"`{f.owner}`"]) for f in FOLLOWERS]
     return [*lines, ""]
 
 

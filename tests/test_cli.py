@@ -87,3 +87,31 @@ def test_the_command_typed_is_given_to_the_stages_and_not_left_behind(monkeypatc
     assert CliRunner().invoke(run, ["--pipelines", "data_prep"]).exit_code == 0
     assert seen == [shlex.join(["kedro", "run", "--env", "cpu"])]
     assert COMMAND_ENV not in os.environ
+
+
+def test_one_execution_id_for_a_commands_stages_and_none_left_for_the_next(
+        monkeypatch) -> None:
+    """The stages of one `kedro run` share a pipeline execution id; a second command in the
+    same process (a notebook) gets its own, and a scheduler's id is kept as it was given."""
+    import os
+
+    from rl_pipeline.cli import kedro_run
+    from rl_pipeline.hooks import EXECUTION_ID_ENV
+
+    monkeypatch.delenv(EXECUTION_ID_ENV, raising=False)
+    seen: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(kedro_run, "callback", lambda **options: seen.append(
+        (options["pipelines"][0], os.environ.get(EXECUTION_ID_ENV))))
+
+    def ids() -> list[str | None]:
+        seen.clear()
+        assert CliRunner().invoke(run, ["--pipelines", "data_prep,train"]).exit_code == 0
+        assert [stage for stage, _ in seen] == ["data_prep", "train"]
+        return [execution for _, execution in seen]
+
+    first, second = ids(), ids()
+    assert first[0] and first[0] == first[1] and second[0] == second[1] != first[0]
+    assert EXECUTION_ID_ENV not in os.environ
+    monkeypatch.setenv(EXECUTION_ID_ENV, "airflow-run-7")
+    assert ids() == ["airflow-run-7", "airflow-run-7"]
+    assert os.environ[EXECUTION_ID_ENV] == "airflow-run-7"

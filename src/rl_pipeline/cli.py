@@ -24,12 +24,14 @@ a usage error (status 2) that names the item and the quoting that works.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
 import shlex
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -82,15 +84,23 @@ class UserErrorExit(click.ClickException):
 def _run(**options: Any) -> dict[str, Any]:
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
-    before = os.environ.get(COMMAND_ENV)
-    os.environ[COMMAND_ENV] = shlex.join(["kedro", *sys.argv[1:]])
-    try:
+    with _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):
         return _run_reporting(**options)
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in the environment for the block, then as it was, so that
+    a second command in the same process (a notebook, a test) starts clean."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
     finally:
         if before is None:
-            os.environ.pop(COMMAND_ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[COMMAND_ENV] = before
+            os.environ[name] = before
 
 
 def _run_reporting(**options: Any) -> dict[str, Any]:
@@ -110,7 +120,12 @@ def _run_stages(**options: Any) -> dict[str, Any]:
     stages = stages_to_run(options["pipeline"], options["pipelines"], options)
     if stages is None:
         return kedro_run.callback(**options)
-    os.environ.setdefault(EXECUTION_ID_ENV, uuid.uuid4().hex)
+    # One id for the stages of this command; a scheduler's own id (scheduled_task) is kept.
+    with _environ(EXECUTION_ID_ENV, os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex):
+        return _each_stage(stages, options)
+
+
+def _each_stage(stages: list[str], options: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for number, stage in enumerate(stages, start=1):
         click.secho(f"rl_pipeline: stage {stage} ({number}/{len(stages)}), "

@@ -269,11 +269,10 @@ class LineageHook:
 
     def __init__(self) -> None:
         self._catalog = None
-        self._save_version: str | None = None
 
     @hook_impl
-    def after_catalog_created(self, catalog: Any, save_version: str) -> None:
-        self._catalog, self._save_version = catalog, save_version
+    def after_catalog_created(self, catalog: Any) -> None:
+        self._catalog = catalog
 
     @hook_impl(trylast=True)  # after kedro-mlflow has started the run
     def before_pipeline_run(self, run_params: dict[str, Any]) -> None:

@@ -21,9 +21,6 @@ from kedro.io import AbstractDataset, DatasetError
 
 from rl_pipeline.data.records import RawRecords
 
-DATA_SOURCE = "rl_pipeline/arithmetic"
-
-
 # How an answer ends: GSM8K's "#### <sum>", or MATH's "\boxed{<sum>}".
 ANSWER_FORMATS = {"gsm8k": "{a} + {b} = {s}\n#### {s}", "boxed": "{a} + {b} = \\boxed{{{s}}}"}
 

@@ -17,7 +17,7 @@ looks better on the mean but whose interval reaches 0 is refused, as noise.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.evaluation.metrics import DEGENERATION
@@ -32,11 +32,7 @@ class Decision:
 
     promote: bool
     reasons: list[str]
-    metric: str
     comparisons: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def guard_comparison(evidence: dict[str, Any], guard: str) -> dict[str, float] | None:
@@ -95,7 +91,7 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
         reasons.append(f"guard {guard}: {_change(comparison)} ({rule}): "
                        + ("worse beyond its tolerance" if worse else "within"))
     promote = beats and not failed
-    return Decision(promote, reasons, metric, used)
+    return Decision(promote, reasons, used)
 
 
 def _change(c: dict[str, Any]) -> str:

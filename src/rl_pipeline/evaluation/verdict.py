@@ -94,7 +94,7 @@ def decide(compared: dict[str, dict[str, Any]], correctness: tuple[str, ...]) ->
         return Verdict(LEARNED, [f"correctness up beyond noise: {said(gained, 'up')}",
                                  "no degeneration rate up beyond its interval"]
                        + ([f"but down beyond noise: {said(lost, 'down')}"] if lost else []))
-    if up(HEADLINE) and not gained:
+    if up(HEADLINE):
         return Verdict(HACKING, [f"the headline reward is up beyond noise "
                                  f"{_change(compared[HEADLINE])}, but {steady}"])
     if lost or down(HEADLINE):

@@ -15,6 +15,7 @@ EVIDENCE_FILE = "registry/evidence.json"
 REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
 PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted over
 REASONS_TAG = "promote.reasons"
+EVAL_RUN_TAG = "eval.run_id"  # the eval run whose evidence a version carries
 TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
 
 

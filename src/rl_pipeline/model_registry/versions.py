@@ -9,6 +9,7 @@ from typing import Any
 
 from rl_pipeline.model_registry.names import (
     CANDIDATE,
+    EVAL_RUN_TAG,
     EVIDENCE_FILE,
     PATH_TAG,
     REFUSED_TAG,
@@ -178,7 +179,7 @@ def record_eval(name: str, version: Any, results: dict[str, str],
     registry = client()
     if mlflow.active_run() is not None:
         mlflow.log_dict(evidence, EVIDENCE_FILE)
-    for key, value in {**results, "eval.run_id": eval_run_id or "unknown",
+    for key, value in {**results, EVAL_RUN_TAG: eval_run_id or "unknown",
                        "eval.reference": evidence["reference"]}.items():
         registry.set_model_version_tag(name, version.version, key, tag_value(value))
     # New evidence: an earlier refusal was about the old one, so the gate decides again.
@@ -197,10 +198,10 @@ def read_evidence(version: Any) -> dict[str, Any]:
     """
     import mlflow
 
-    run_id = version.tags.get("eval.run_id")
+    run_id = version.tags.get(EVAL_RUN_TAG)
     if not run_id or run_id == "unknown":
         raise RegistryError(f"{version.name} version {version.version} has no eval results "
-                            "(no eval.run_id tag): run `kedro run --pipelines eval` on it "
+                            f"(no {EVAL_RUN_TAG} tag): run `kedro run --pipelines eval` on it "
                             "first")
     try:
         return mlflow.artifacts.load_dict(f"runs:/{run_id}/{EVIDENCE_FILE}")

@@ -7,9 +7,9 @@ default: ``conf/*/parameters*.yml`` set only what a configuration changes, and
 (``data: DataParams``); Kedro instantiates them from ``params:<group>`` before the run
 starts, and :meth:`ParamGroup.model_validate` words every problem at once.
 
-This package imports nothing else of the project's, so every layer above may use it; the
-engine names that ``train.engine`` accepts live here (:data:`rl_pipeline.params.train.ENGINES`)
-for that reason.
+This package imports nothing else of the project's but :mod:`rl_pipeline.errors`, so every
+layer above may use it; the engine names that ``train.engine`` accepts live here
+(:data:`rl_pipeline.params.train.ENGINES`) for that reason.
 """
 
 from rl_pipeline.params.base import (

@@ -190,11 +190,16 @@ def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None) -> dic
         tags.update(lineage.training_sources(metadata.get("training_run") or {}))
     verdict = eval_metrics.get("trained", {}).get("verdict")
     if verdict is not None:
-        tags.update({"eval.verdict": verdict["verdict"],
-                     "eval.verdict_reasons": "; ".join(verdict["reasons"]),
+        tags.update({**verdict_tags(verdict),
                      **{f"eval.verdict.{source}": v["verdict"]
                         for source, v in verdict["by_data_source"].items()}})
     return tags
+
+
+def verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:
+    """The verdict and its reasons as the eval run and the model version carry them."""
+    return {"eval.verdict": verdict["verdict"],
+            "eval.verdict_reasons": "; ".join(verdict["reasons"])}
 
 
 def _scored(frame: pd.DataFrame, params: EvalParams, correct: float,
@@ -223,8 +228,7 @@ def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:
 def _results(trained: dict[str, Any]) -> dict[str, str]:
     """The version's eval tags: the headline and correctness, their change against the base
     model with the paired interval, and the verdict."""
-    out = {"eval.verdict": trained["verdict"]["verdict"],
-           "eval.verdict_reasons": "; ".join(trained["verdict"]["reasons"])}
+    out = verdict_tags(trained["verdict"])
     for metric in ("mean_reward", "strict_accuracy", "flexible_accuracy", "pass_at_1"):
         if trained.get(metric) is None:
             continue
