@@ -85,7 +85,17 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
         if raw is None:
             continue
         rows_in[split] = len(raw.records) + len(raw.bad)
-        work, reasons, bad = extract_work_frame(raw, params, image_key)
+        try:
+            work, reasons, bad = extract_work_frame(raw, params, image_key)
+        except DataError as exc:
+            if split == "train":
+                raise
+            # A user who set only dataset_train_split gets the catalog's default validation
+            # input (GSM8K's test set), whose columns are not theirs: say which input it is.
+            raise DataError(f"{exc} This is the validation input (dataset_validation_split "
+                            "in conf/*/catalog.yml): point it at your validation file, or "
+                            "set it empty (--params dataset_validation_split=) to split "
+                            "validation off the training file.") from None
         bad = raw.bad + bad
         if bad and params.on_bad_record == "error":
             raise DataError(_list_problems(

@@ -81,6 +81,26 @@ def test_no_validation_input_splits_a_seeded_fraction_off_train(gsm_files, token
     assert questions.isdisjoint(e["question"] for e in first[1]["extra_info"])
 
 
+def test_a_validation_input_without_the_templates_fields_says_it_is_the_validation_input(
+        gsm_files, tmp_path, prep_params, data_params) -> None:
+    """Only dataset_train_split set: the catalog's default validation input (GSM8K's) lacks
+    the user's fields, so the error names that input and the two ways on."""
+    train = write_jsonl(tmp_path / "posts.jsonl", [
+        {"Body": f"Tom has {i} apples.", "Question": "How many?", "answer": f"#### {i}"}
+        for i in range(10)])
+    params = DataPrepParams.model_validate({**prep_params,
+                                            "prompt_template": "{Body} {Question}"})
+    data = DataParams.model_validate(data_params)
+    with pytest.raises(DataError) as err:
+        clean_prompt_splits(read_jsonl(train), read_jsonl(gsm_files[1]), params, data)
+    message = str(err.value)
+    assert f"{gsm_files[1]}: column(s) 'Body', 'Question' not found" in message
+    assert "This is the validation input (dataset_validation_split" in message
+    assert "--params dataset_validation_split=" in message
+    work, _, _ = clean_prompt_splits(read_jsonl(train), None, params, data)  # split off train
+    assert work.loc[0, "question"] == "Tom has 0 apples. How many?"
+
+
 def test_malformed_line_fails_naming_file_and_line(tmp_path, prep_params, data_params) -> None:
     path = tmp_path / "broken.jsonl"
     lines = [line for line in (Path(__file__).parents[3] / "data/01_raw/gsm8k/train.jsonl")
