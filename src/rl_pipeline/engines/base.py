@@ -93,6 +93,11 @@ class Engine(ABC):
         ``run_id`` is the train stage's MLflow run: per-step metrics go there.
         """
 
+    def checkpointed_step(self, checkpoints_dir: Path) -> int:
+        """The step of the newest checkpoint in ``checkpoints_dir``, where a rerun with
+        ``train.resume: auto`` goes on (0: none, or an engine that cannot say)."""
+        return 0
+
     @abstractmethod
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         """The newest checkpoint as merge takes it: a peft adapter folder or a whole Hugging

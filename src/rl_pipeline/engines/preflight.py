@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,15 +41,25 @@ def run_preflight(train_prompts_file: str, val_prompts_file: str, base_model: st
     setup, identity = identified_setup(train_prompts_file, val_prompts_file, base_model,
                                        checkpoint_root(train_checkpoints_dir), train, data,
                                        reward, name)
+    engine = get_engine(name)
     with judge_served(reward):  # the self-test asks a judge the project serves
-        checked = get_engine(name).preflight(setup, training=training)
+        checked = engine.preflight(setup, training=training)
     report = {"engine": name, "engine_reason": why, "train_prompts": setup.train_rows,
               "identity": identity.fingerprint, "checkpoints": setup.checkpoints_dir,
               **checked.report}
     plan = {**checked.plan, "identity": identity.fingerprint}
     extra: dict[str, float] = {}
     if train.forecast and checked.work is not None:
-        forecast = forecast_run(setup, checked.work, eval_params or EvalParams())
+        done = (engine.checkpointed_step(Path(setup.checkpoints_dir))
+                if train.resume == "auto" else 0)
+        if done >= checked.work.steps:
+            # Nothing will train, so no calibration (a minute or two on a CPU) for a forecast.
+            forecast = {"basis": f"none: the run in {setup.checkpoints_dir} is complete "
+                                 f"(step {done} of {checked.work.steps}), so train only "
+                                 "exports it again"}
+            logger.info("No forecast: %s", forecast["basis"].removeprefix("none: "))
+        else:
+            forecast = forecast_run(setup, checked.work, eval_params or EvalParams())
         report["forecast"] = plan["forecast"] = forecast
         if "step_s" in forecast:
             logger.info(forecast_lines(forecast))

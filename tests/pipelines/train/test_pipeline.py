@@ -116,13 +116,20 @@ def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
     folder, past max_steps at learning rate 0, and never took a changed learning rate."""
     root = tmp_path / "models" / "train_checkpoints"
     trl = {**TRL, "lr_scheduler_type": "linear", "warmup_ratio": 0.0, "learning_rate": 1e-3}
-    first = _run(_catalog(tiny_model_dir, tmp_path, data_params, trl))
+    catalog = _catalog(tiny_model_dir, tmp_path, data_params, trl)
+    first = _run(catalog)
+    assert catalog["preflight_report"].load()["forecast"]["step_s"]["total"] > 0
     folder = Path(first["checkpoints"])
     assert (first["steps"], first["resumed"], first["already_complete"]) == (2, False, False)
     saved = {p.name: p.stat().st_mtime_ns for p in folder.glob("checkpoint-*/*.safetensors")}
 
-    # The same configuration again: complete, so no step runs and nothing is rewritten.
-    again = _run(_catalog(tiny_model_dir, tmp_path, data_params, trl))
+    # The same configuration again: complete, so no step runs and nothing is rewritten,
+    # and preflight spends no calibration on forecasting it.
+    catalog = _catalog(tiny_model_dir, tmp_path, data_params, trl)
+    again = _run(catalog)
+    assert catalog["preflight_report"].load()["forecast"] == {
+        "basis": f"none: the run in {folder} is complete (step 2 of 2), so train only "
+                 "exports it again"}
     assert (again["identity"], again["checkpoints"]) == (first["identity"], str(folder))
     assert (again["steps"], again["already_complete"], again["resumed"]) == (2, True, True)
     assert again["seconds"] == 0.0

@@ -49,5 +49,11 @@ class TrlEngine(Engine):
         run.summary["mlflow_run_id"] = run_id
         return run
 
+    def checkpointed_step(self, checkpoints_dir: Path) -> int:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(str(checkpoints_dir)) if checkpoints_dir.is_dir() else None
+        return int(Path(last).name.rsplit("-", 1)[-1]) if last else 0
+
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         return export_result(run, scratch_dir)

@@ -240,6 +240,9 @@ class VerlEngine(Engine):
                           max_probs_diff=setup.train.verl.rollout_max_probs_diff,
                           min_probs_pearson=setup.train.verl.rollout_min_probs_pearson)
 
+    def checkpointed_step(self, checkpoints_dir: Path) -> int:
+        return latest_step(checkpoints_dir)
+
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         return export_result(run.checkpoints, scratch_dir, run.summary)
 
