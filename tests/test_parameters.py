@@ -134,6 +134,12 @@ def test_kedro_validates_the_groups_and_followers_before_any_node_runs(tmp_path)
     assert disagree.returncode != 0
     output = disagree.stdout + disagree.stderr
     assert "eval.max_new_tokens=5" in output and "data.data_max_response_length" in output
+    # A gate metric that eval will not compare fails data_prep, not promote hours later.
+    gate = kedro_run(project, "--pipelines", "data_prep", "--params",
+                     "promote.metric=strict_acuracy")
+    assert gate.returncode != 0
+    assert "promote.metric='strict_acuracy': eval compares mean_reward, " in \
+        gate.stdout + gate.stderr
     assert not list((project / "data/05_model_input").rglob("*.parquet"))  # nothing ran
 
 
@@ -256,3 +262,55 @@ def test_a_code_data_source_under_a_builtin_reward_is_refused_before_any_stage()
 def test_reward_terms_are_checked(terms, extra, message) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         RewardParams.model_validate({"terms": terms, **extra})
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("{question", "(expected '}' before end of string; a literal brace is written {{ or }})"),
+    ("{} {question}", "each a field's name alone (no position, attribute or index): {}"),
+    ("{q.upper} {r[0]}", "(no position, attribute or index): {q.upper}, {r[0]}"),
+    ("{question:d}", "(Unknown format code 'd' for object of type 'str': a record's fields "
+                     "are text here)"),
+    ("Solve it.", "; this one names no field"),
+])
+def test_a_prompt_template_that_cannot_fill_is_refused_before_any_record(template,
+                                                                          message) -> None:
+    from rl_pipeline.params import DataPrepParams
+
+    with pytest.raises(ConfigError) as err:
+        DataPrepParams.model_validate({"prompt_template": template})
+    assert f"  - data_prep.prompt_template={template!r}: a Python format string of named " \
+           "record fields" in str(err.value)
+    assert message in str(err.value)
+    assert DataPrepParams.model_validate(  # a field name with a dash or a space is a key
+        {"prompt_template": "{Q-1} {my field} {{literal}}"}).prompt_template
+
+
+@pytest.mark.parametrize(("regex", "message"), [
+    (None, "needs a pattern"),
+    ("####", "needs a group: (...) around the answer"),
+    ("(unclosed", "needs a valid regular expression (missing ), unterminated subpattern"),
+])
+def test_regex_extraction_needs_a_pattern_with_a_group(regex, message) -> None:
+    from rl_pipeline.params import DataPrepParams
+
+    with pytest.raises(ConfigError) as err:
+        DataPrepParams.model_validate({"answer_extraction": "regex", "answer_regex": regex})
+    assert f"data_prep.answer_regex={regex!r}: answer_extraction 'regex' takes group 1 of " \
+           "this pattern as the ground truth, so it " + message in str(err.value)
+    assert DataPrepParams.model_validate({"answer_extraction": "regex",
+                                          "answer_regex": r"#### (\d+)"}).answer_regex
+
+
+def test_zero_steps_and_negative_guard_tolerances_are_refused_by_name() -> None:
+    from rl_pipeline.params.model_registry import PromoteParams
+    from rl_pipeline.params.trl import TrlParams
+
+    with pytest.raises(ConfigError) as err:
+        TrlParams.model_validate({"max_steps": 0})
+    assert "train.trl.max_steps=0: a positive number of steps, or -1 to train " \
+           "num_train_epochs" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        PromoteParams.model_validate({"guards": {"truncation_rate": -0.5,
+                                                 "repetition_rate": 0.0}})
+    assert "  - promote.guards.truncation_rate=-0.5: a tolerance of 0 or more" in str(err.value)
+    assert "repetition_rate" not in str(err.value)

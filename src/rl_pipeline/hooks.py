@@ -63,7 +63,8 @@ class WholeConfigurationHook:
             except ConfigError as exc:
                 problems.append(str(exc))
         if not problems:
-            problems = [f"  - {p}" for p in cross_group_problems(groups)]
+            problems = [f"  - {p}" for p in cross_group_problems(groups)
+                        + _gate_problems(groups)]
         if problems:
             raise ConfigError("\n".join(problems))
         self._resolved = resolve_followers(groups)
@@ -75,6 +76,16 @@ class WholeConfigurationHook:
         for name, group in self._resolved.items():
             # The datasets' own load and save: the catalog's would log each parameter.
             _put_param(catalog, f"params:{name}", group)
+
+
+def _gate_problems(groups: dict[str, ParamGroup]) -> list[str]:
+    """promote's metric and guards that eval, as configured, will not compare."""
+    from rl_pipeline.evaluation.generate import sampling_settings
+    from rl_pipeline.evaluation.promotion import unknown_gate_metrics
+
+    promote, evaluation = groups["promote"], groups["eval"]
+    samples = sampling_settings(evaluation, groups["data"]).samples
+    return unknown_gate_metrics(promote.metric, promote.guards, samples, evaluation.pass_k)
 
 
 def _put_param(catalog: Any, key: str, value: Any) -> None:

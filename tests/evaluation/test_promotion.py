@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_pipeline.evaluation.promotion import decide_promotion
+from rl_pipeline.evaluation.promotion import decide_promotion, unknown_gate_metrics
 
 
 def _c(delta: float, low: float, high: float) -> dict[str, float]:
@@ -71,3 +71,46 @@ def test_an_unknown_metric_or_guard_is_a_key_error() -> None:
         decide_promotion(evidence, "strict_accuracy", NO_GUARDS)
     with pytest.raises(KeyError):
         decide_promotion(evidence, "mean_reward", {"other/source:pass_at_1": 0.0})
+
+
+def _scored(samples: int, pass_k: list[int], seed: int):
+    """per_prompt_scores of 6 GSM8K-style prompts, ``samples`` answers each."""
+    import numpy as np
+    import pandas as pd
+
+    from rl_pipeline.evaluation.metrics import per_prompt_scores
+
+    rng = np.random.default_rng(seed)
+    rows = [{"prompt_index": p, "sample_index": s, "data_source": "openai/gsm8k",
+             "reward": float(right), "strict": float(right), "flexible": float(right),
+             "strict_format": 1.0, "answer": str(int(right)), "response_tokens": 9,
+             "truncated": False, "repetitive": False, "no_reasoning": False}
+            for p in range(6) for s in range(samples) for right in [rng.random() < 0.5]]
+    return per_prompt_scores(pd.DataFrame(rows), pass_k)
+
+
+@pytest.mark.parametrize(("samples", "pass_k"), [(1, [1, 4, 8]), (4, [1, 4, 8]), (8, [2])])
+def test_the_gate_knows_before_any_stage_the_metrics_eval_will_compare(samples, pass_k) -> None:
+    from rl_pipeline.evaluation.metrics import comparable_metrics, compare_models
+
+    compared = compare_models(_scored(samples, pass_k, 0), _scored(samples, pass_k, 1),
+                              resamples=100, seed=0)
+    known = comparable_metrics(samples, pass_k)
+    assert set(known) == {m for m, c in compared.items() if isinstance(c, dict)
+                          and "ci_low" in c}
+    assert unknown_gate_metrics("mean_reward", {"truncation_rate": 0.0,
+                                                "openai/gsm8k:strict_accuracy": 0.0},
+                                samples, pass_k) == []
+    assert ("pass_at_4" in known) == (samples >= 4 and 4 in pass_k)
+
+
+def test_a_gate_metric_eval_will_not_compare_is_named_with_those_it_will() -> None:
+    problems = unknown_gate_metrics("pass_at_4", {"truncaton_rate": 0.0,
+                                                  "openai/gsm8k:strict_acc": 0.1}, 1, [1, 4])
+    assert len(problems) == 3
+    assert problems[0].startswith("promote.metric='pass_at_4': eval compares mean_reward, "
+                                  "pass_at_1, ")
+    assert "need eval.n_samples of k or more and eval.greedy false" in problems[0]
+    assert problems[1].startswith("promote.guards.truncaton_rate: eval compares ")
+    assert problems[2].startswith("promote.guards.openai/gsm8k:strict_acc: eval compares ")
+    assert unknown_gate_metrics("pass_at_4", {}, 4, [1, 4]) == []

@@ -116,6 +116,18 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
     return pd.DataFrame(rows).set_index("prompt_index")
 
 
+def comparable_metrics(samples: int, pass_k: Sequence[int]) -> list[str]:
+    """Every metric eval compares between two models with ``samples`` samples per prompt and
+    ``pass_k``: the columns :func:`per_prompt_scores` gives for one GSM8K-style prompt (the
+    function itself answers, so the names have one source)."""
+    frame = pd.DataFrame({
+        "prompt_index": 0, "sample_index": range(samples), "data_source": "-", "reward": 0.0,
+        "strict": 0.0, "flexible": 0.0, "strict_format": 0.0, "answer": None,
+        "response_tokens": 1, "truncated": False, "repetitive": False,
+        "no_reasoning": False})
+    return score_columns(per_prompt_scores(frame, pass_k))
+
+
 def score_columns(per_prompt: pd.DataFrame) -> list[str]:
     """The per-prompt metrics of a :func:`per_prompt_scores` frame, headline first."""
     return [c for c in per_prompt.columns if c not in ("data_source", "samples")]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_pipeline.evaluation.metrics import DEGENERATION
+from rl_pipeline.evaluation.metrics import DEGENERATION, comparable_metrics
 
 # Metrics for which higher is worse.
 LOWER_IS_BETTER = (*DEGENERATION, "mean_response_tokens")
@@ -33,6 +33,21 @@ class Decision:
     promote: bool
     reasons: list[str]
     comparisons: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def unknown_gate_metrics(metric: str, guards: dict[str, float], samples: int,
+                         pass_k: list[int]) -> list[str]:
+    """``promote.metric`` and each guard whose metric eval will not compare (with
+    ``samples`` per prompt and ``pass_k``), each named with the metrics it will: found as
+    the configuration loads, not after training, merge and eval have run."""
+    known = comparable_metrics(samples, pass_k)
+    allowed = f"eval compares {', '.join(known)}" + (
+        " (pass@k and maj@k for k above 1 need eval.n_samples of k or more and eval.greedy "
+        "false)" if samples == 1 else "")
+    problems = [] if metric in known else [f"promote.metric={metric!r}: {allowed}"]
+    return problems + [f"promote.guards.{guard}: {allowed}; a guard names a metric over all "
+                       "prompts, or data_source:metric on one source"
+                       for guard in guards if guard.rpartition(":")[2] not in known]
 
 
 def guard_comparison(evidence: dict[str, Any], guard: str) -> dict[str, float] | None:

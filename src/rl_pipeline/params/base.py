@@ -227,7 +227,8 @@ def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
             # a rule over several fields (a follower): its message names them
             lines.append(f"  - {err['msg'].removeprefix('Value error, ')}")
             continue
-        lines.append(f"  - {name}={err.get('input')!r}: {err['msg']}")
+        lines.append(f"  - {name}={err.get('input')!r}: "
+                     f"{err['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)
 
 

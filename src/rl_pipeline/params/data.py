@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import string
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from rl_pipeline.params.base import ParamGroup
 
@@ -115,3 +117,45 @@ class DataPrepParams(ParamGroup):
         description="Prompt-length percentiles come from a uniform sample of this many rows "
         "per split (every row when the split is smaller).",
     )
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _named_text_fields(cls, value: str | None) -> str | None:
+        # Checked here, not at the first record: a format error names no parameter there.
+        if value is None:
+            return value
+        allowed = "a Python format string of named record fields, e.g. '{Body} {Question}'"
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(value)
+                     if name is not None]
+        except ValueError as exc:
+            raise ValueError(f"{allowed} ({exc}; a literal brace is written {{{{ or }}}})"
+                             ) from None
+        if not names:
+            raise ValueError(f"{allowed}; this one names no field")
+        # A record's keys may hold '-' or spaces; '.' and '[' would read an attribute or index.
+        if odd := [name for name in names
+                   if not name or name.isdigit() or "." in name or "[" in name]:
+            raise ValueError(f"{allowed}, each a field's name alone (no position, attribute "
+                             f"or index): {{{'}, {'.join(odd)}}}")
+        try:
+            value.format_map({name: "text" for name in names})
+        except ValueError as exc:  # a format spec for numbers: the fields are text
+            raise ValueError(f"{allowed} ({exc}: a record's fields are text here)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _regex_with_a_group(self) -> DataPrepParams:
+        if self.answer_extraction != "regex":
+            return self
+        where = (f"data_prep.answer_regex={self.answer_regex!r}: answer_extraction 'regex' "
+                 "takes group 1 of this pattern as the ground truth, so it needs")
+        if not self.answer_regex:
+            raise ValueError(f"{where} a pattern, e.g. '\\\\boxed\\{{(.+)\\}}'")
+        try:
+            groups = re.compile(self.answer_regex).groups
+        except re.error as exc:
+            raise ValueError(f"{where} a valid regular expression ({exc})") from None
+        if groups < 1:
+            raise ValueError(f"{where} a group: (...) around the answer")
+        return self

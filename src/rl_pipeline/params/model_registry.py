@@ -52,7 +52,8 @@ class PromoteParams(ParamGroup):
     @field_validator("guards")
     @classmethod
     def _tolerances(cls, value: dict[str, float]) -> dict[str, float]:
-        bad = [k for k, v in value.items() if v < 0]
-        if bad:
-            raise ValueError(f"tolerances of 0 or more; negative for {', '.join(bad)}")
+        bad = [f"promote.guards.{k}={v!r}: a tolerance of 0 or more"
+               for k, v in value.items() if v < 0]
+        if bad:  # a rule over a mapping: _describe shows the message alone, so it names each
+            raise ValueError("\n  - ".join(bad))
         return value

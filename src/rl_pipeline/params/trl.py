@@ -146,6 +146,15 @@ class TrlParams(ParamGroup):
                  else f"the verl engine has {', '.join(ADV_ESTIMATORS)}")
         raise ValueError(f"the trl engine implements {' and '.join(TRL_ESTIMATORS)}; {where}")
 
+    @field_validator("max_steps")
+    @classmethod
+    def _steps_or_epochs(cls, value: int) -> int:
+        # transformers reads 0 as "by epochs", as it reads -1: refuse the value that looks
+        # like "no training" but trains num_train_epochs.
+        if value == 0:
+            raise ValueError("a positive number of steps, or -1 to train num_train_epochs")
+        return value
+
     @field_validator("scale_rewards", mode="before")
     @classmethod
     def _scale_rewards_bool(cls, value: object) -> object:
