@@ -23,6 +23,24 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
         RawRecordsDataset(filepath=str(tmp_path / "nope.jsonl")).load()
 
 
+def test_a_folder_or_a_table_file_as_the_input_file_says_to_use_dataset_name(
+        tmp_path: Path) -> None:
+    """Read as JSON Lines, a Parquet file failed at every 'line' with advice to fix them."""
+    table = datasets.Dataset.from_dict({"question": ["a"], "answer": ["1"]})
+    table.to_parquet(str(tmp_path / "train.parquet"))
+    with pytest.raises(DatasetError) as err:
+        RawRecordsDataset(filepath=str(tmp_path / "train.parquet")).load()
+    assert str(err.value) == (
+        f"{tmp_path / 'train.parquet'} is a .parquet file; the input file takes JSON Lines "
+        "(one JSON object per line): for a folder of data files (Parquet, CSV, JSON), or a "
+        "save_to_disk folder, set dataset_name to the folder")
+    with pytest.raises(DatasetError, match=f"^{tmp_path} is a folder; the input file takes"):
+        RawRecordsDataset(filepath=str(tmp_path)).load()
+    # ... and the folder, as dataset_name, reads it.
+    assert RawRecordsDataset(dataset_name=str(tmp_path)).load().records == [
+        {"question": "a", "answer": "1"}]
+
+
 def test_optional_empty_source_loads_as_none() -> None:
     assert RawRecordsDataset(filepath="", optional=True).load() is None
     with pytest.raises(DatasetError, match="no input given"):

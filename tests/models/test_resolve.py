@@ -130,6 +130,20 @@ def test_hub_id_offline_and_not_cached_names_it_and_what_to_do(tmp_path, monkeyp
     assert "hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir" in str(err.value)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "not_gguf"])
+def test_a_damaged_gguf_file_is_named_and_leaves_nothing_resolved(tmp_path, damage) -> None:
+    """gguf's reader raised a bare ValueError (a reshape, a bad magic) from deep inside
+    transformers: a traceback that named no file."""
+    bad = tmp_path / "model.gguf"
+    data = Path(SMOLLM2_GGUF).read_bytes()
+    bad.write_bytes(data[:3_000_000] if damage == "truncated" else b"\x00" * 4096)
+    with pytest.raises(ModelResolutionError) as err:
+        resolve_model(bad, tmp_path / "out")
+    assert str(err.value).startswith(f"{bad}: not a GGUF model that transformers can read "
+                                     "(a truncated download, or another format?): ")
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
 @pytest.mark.slow
 def test_gguf_file_is_converted_to_safetensors(tmp_path) -> None:
     resolved = resolve_model(SMOLLM2_GGUF, tmp_path / "out")

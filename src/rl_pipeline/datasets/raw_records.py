@@ -9,6 +9,9 @@ from kedro.io import AbstractDataset, DatasetError
 
 from rl_pipeline.data.records import RawRecords, read_jsonl
 
+# Files that Hugging Face datasets reads from a folder, which are not JSON Lines.
+TABLE_SUFFIXES = (".parquet", ".csv", ".tsv", ".arrow", ".feather", ".xlsx")
+
 
 class RawRecordsDataset(AbstractDataset[None, "RawRecords | None"]):
     """Read-only source of raw records, with their line or row numbers.
@@ -47,8 +50,17 @@ class RawRecordsDataset(AbstractDataset[None, "RawRecords | None"]):
             raise DatasetError("no input given: set a JSONL file (filepath, or the parameter "
                                "dataset_train_split) or a Hugging Face dataset (dataset_name)")
         path = Path(self._filepath)
+        folder_instead = ("for a folder of data files (Parquet, CSV, JSON), or a save_to_disk "
+                          "folder, set dataset_name to the folder")
+        if path.is_dir():
+            raise DatasetError(f"{path} is a folder; the input file takes a JSON Lines file "
+                               f"(one JSON object per line): {folder_instead}")
         if not path.is_file():
             raise DatasetError(f"input file not found: {path} (expected a JSON Lines file)")
+        if path.suffix.lower() in TABLE_SUFFIXES:
+            # Read as JSON Lines, such a file fails at every line with advice that cannot help.
+            raise DatasetError(f"{path} is a {path.suffix} file; the input file takes JSON "
+                               f"Lines (one JSON object per line): {folder_instead}")
         return read_jsonl(path)
 
     def save(self, data: Any) -> None:

@@ -11,7 +11,8 @@ from rl_pipeline.params import ConfigError
 
 @dataclass(frozen=True)
 class Problem:
-    """One failed check: the parameter (in ``group``), its value and what is allowed."""
+    """One failed check: the parameter (in ``group``), its value and what is allowed; with no
+    parameter, a rule over the group's settings that a library words (``allowed``)."""
 
     parameter: str
     value: Any
@@ -19,6 +20,8 @@ class Problem:
     group: str = "train.verl"
 
     def __str__(self) -> str:
+        if not self.parameter:
+            return f"{self.group}: {self.allowed}"
         return f"{self.group}.{self.parameter}={self.value!r}: {self.allowed}"
 
 

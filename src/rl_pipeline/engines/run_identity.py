@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.params import ConfigError
 from rl_pipeline.runs.jsonfile import read_object, write_object
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,12 @@ def run_identity(setup: TrainSetup, engine: str) -> RunIdentity:
     file's content. The validation prompts are left out: they do not change the weights.
     """
     reward = setup.reward.model_dump(mode="json")
-    if setup.reward.custom_reward_function.path:
-        reward["file_sha256"] = _file_sha256(Path(setup.reward.custom_reward_function.path))
+    if path := setup.reward.custom_reward_function.path:
+        reward["file_sha256"] = _reward_file_sha256("reward.custom_reward_function.path", path)
+    terms = {f"{i}": _reward_file_sha256(f"reward.terms[{i}].path", term.path)
+             for i, term in enumerate(setup.reward.terms) if term.path}
+    if terms:  # only then: the identities of runs without term files stay as they were
+        reward["terms_file_sha256"] = terms
     inputs = {"engine": engine, "base_model": model_identity(Path(setup.base_model)),
               "train_prompts_sha256": _file_sha256(Path(setup.train_prompts_file)),
               f"train.{engine}": _group(setup.train, engine),
@@ -143,6 +148,27 @@ def prune(root: CheckpointRoot, current: Path) -> list[Path]:
                     "last %d)", folder.name, root.keep_identities)
         shutil.rmtree(folder, ignore_errors=True)
     return removed
+
+
+def _reward_file_sha256(parameter: str, path: str) -> str:
+    """The digest of a reward's code: its file, or the file of a ``pkg://`` module.
+
+    Raises:
+        ConfigError: Naming the parameter, when there is no such file or module.
+    """
+    import importlib.util
+
+    from rl_pipeline.rewards.scoring import PKG
+
+    if path.startswith(PKG):
+        spec = importlib.util.find_spec(path.removeprefix(PKG))
+        file = Path(spec.origin) if spec and spec.origin else None
+    else:
+        file = Path(path)
+    if file is None or not file.is_file():
+        raise ConfigError(f"{parameter}={path!r}: no such file (a Python file that defines "
+                          f"the reward function, or {PKG}<module> for an importable module)")
+    return _file_sha256(file)
 
 
 def _file_sha256(path: Path) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_pipeline.models.locate import ModelLocation, locate_model
+from rl_pipeline.models.locate import ModelLocation, ModelResolutionError, locate_model
 from rl_pipeline.models.materialise import (
     GGUF_CONVERSION,
     apply_chat_template,
@@ -81,7 +81,12 @@ def resolve_model(source: str | Path, out_root: str | Path,
 
     with staged(out) as staging:
         if location.gguf is not None:
-            convert_gguf(location.gguf, staging)
+            try:
+                convert_gguf(location.gguf, staging)
+            except (ValueError, KeyError, EOFError) as exc:  # gguf's reader on a bad file
+                raise ModelResolutionError(
+                    f"{location.gguf}: not a GGUF model that transformers can read (a "
+                    f"truncated download, or another format?): {exc}") from exc
         else:
             mirror(location, staging, link_files, skip=METADATA_FILE)
         has_template = apply_chat_template(staging, template, source)

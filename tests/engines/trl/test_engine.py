@@ -257,6 +257,7 @@ def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
         plan_trl(params, reward, str(train_file), str(tiny_model_dir), str(tmp_path), 4)
     message = str(err.value)
     assert "train.trl.num_generations=4: a divisor of the effective batch 6" in message
+    assert "GRPOConfig" not in message  # TRL's own words for the same rule, not twice
     # The reward self-test names the data source, the reward's file and what it raised.
     assert "data_prep.data_source='openai/gsm8k': reward self-test failed" in message
     assert f"score from {broken}" in message and "KeyError" in message

@@ -70,7 +70,9 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
                                   if isinstance(lora.target_modules, set | list)
                                   else lora.target_modules})}, sort_keys=False)
     except ValueError as exc:  # TRL's and transformers' own argument checks
-        problems.append(Problem("(GRPOConfig)", None, str(exc), group="train.trl"))
+        if not problems:  # check_trl words the rules it knows by parameter; not twice
+            problems.append(Problem("", None, f"TRL's GRPOConfig refuses these settings: "
+                                    f"{exc}", group="train.trl"))
     try:
         load_tokenizer(model_path)
     except (OSError, ValueError) as exc:

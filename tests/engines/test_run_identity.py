@@ -1,0 +1,65 @@
+"""The run identity covers the reward's code, in whatever file or module it lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.engines.run_identity import RunIdentity, run_identity
+from rl_pipeline.params import ConfigError, DataParams, RewardParams
+from rl_pipeline.params.train import TrainParams
+
+SCORE = ("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+         "    return {value}\n")
+
+
+def _identity(tiny_model_dir: Path, tmp_path: Path, reward: dict) -> RunIdentity:
+    prompts = tmp_path / "train.parquet"
+    prompts.write_bytes(b"the prompts")
+    setup = TrainSetup(str(prompts), str(prompts), str(tiny_model_dir), str(tmp_path),
+                       TrainParams(engine="trl"), DataParams(),
+                       RewardParams.model_validate(reward))
+    return run_identity(setup, "trl")
+
+
+def test_a_reward_terms_file_is_part_of_the_identity(tiny_model_dir, tmp_path) -> None:
+    """Edit a term's file and the run is another run (its checkpoints are not resumed)."""
+    term = tmp_path / "brevity.py"
+    term.write_text(SCORE.format(value=1.0))
+    reward = {"terms": [{"name": "compute_score"},
+                        {"name": "score", "path": str(term), "weight": 0.5}]}
+    first = _identity(tiny_model_dir, tmp_path, reward).fingerprint
+    assert _identity(tiny_model_dir, tmp_path, reward).fingerprint == first
+    term.write_text(SCORE.format(value=0.5))
+    assert _identity(tiny_model_dir, tmp_path, reward).fingerprint != first
+    # Built-in terms only: the identity is taken over what it was before term files counted.
+    assert "terms_file_sha256" not in _identity(tiny_model_dir, tmp_path, {
+        "terms": [{"name": "compute_score"}]}).inputs["reward"]
+
+
+@pytest.mark.parametrize(("reward", "parameter"), [
+    ({"custom_reward_function": {"path": "gone.py", "name": "score"}},
+     "reward.custom_reward_function.path='gone.py'"),
+    ({"terms": [{"name": "compute_score"}, {"name": "score", "path": "gone.py"}]},
+     "reward.terms[1].path='gone.py'"),
+    ({"custom_reward_function": {"path": "pkg://no_such_module_here", "name": "score"}},
+     "reward.custom_reward_function.path='pkg://no_such_module_here'"),
+])
+def test_a_reward_file_that_is_not_there_is_named_by_its_parameter(
+        tiny_model_dir, tmp_path, reward, parameter) -> None:
+    with pytest.raises(ConfigError) as err:
+        _identity(tiny_model_dir, tmp_path, reward)
+    assert str(err.value) == (f"{parameter}: no such file (a Python file that defines the "
+                              "reward function, or pkg://<module> for an importable module)")
+
+
+def test_a_reward_module_is_hashed_by_its_file(tiny_model_dir, tmp_path) -> None:
+    reward = {"custom_reward_function": {"path": "pkg://rl_pipeline.rewards.scoring",
+                                         "name": "compute_score"}}
+    import rl_pipeline.rewards.scoring as module
+    from rl_pipeline.engines.run_identity import _file_sha256
+
+    assert _identity(tiny_model_dir, tmp_path, reward).inputs["reward"]["file_sha256"] == \
+        _file_sha256(Path(module.__file__))
