@@ -237,6 +237,8 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     params = f"{SHORT},train.forecast=true"
     result = kedro_run(project, "--params", params)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # The rollout table appended each step, eval's evidence read back: no download bars.
+    assert "Downloading artifacts" not in result.stdout + result.stderr
     metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
     assert list(metrics) == ["base", "trained"]
     for label in ("base", "trained"):
@@ -379,6 +381,11 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert decision["reference"] == "base" and decision["changed"]
     assert promotion.data.tags["promote.promoted"] == str(decision["promoted"]).lower()
     assert promotion.data.tags["promote.reasons"].startswith("mean_reward: ")
+    # Eval answered 4 prompts (SHORT): a quick check, which the gate does not promote on.
+    assert not decision["promoted"]
+    assert promotion.data.tags["promote.reasons"].endswith(
+        "eval answered 4 of the 200 validation prompts (eval.max_prompts, a quick check): no "
+        "evidence for the gate; run eval with eval.max_prompts unset (null)")
     champion = client.get_registered_model("rl_pipeline").aliases.get("champion")
     assert (None if champion is None else str(champion)) == ("1" if decision["promoted"]
                                                               else None)

@@ -28,6 +28,7 @@ from rl_pipeline.params import (
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
 from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
+from rl_pipeline.tracking import ARTIFACTS_BAR_ENV
 from rl_pipeline.tracking.lineage import (
     end_orphaned_runs,
     git_state,
@@ -168,6 +169,11 @@ class TypedParamsMlflowHook(MlflowHook):
     per group; given their plain values it flattens them (``train.trl.learning_rate``) as it
     does dicts. Registered instead of the plugin's own instance (settings.py).
     """
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        os.environ.setdefault(ARTIFACTS_BAR_ENV, "false")  # one set by hand is kept
+        super().after_context_created(context)
 
     @hook_impl
     def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],

@@ -64,9 +64,10 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
     """The gate's decision on eval's evidence.
 
     Args:
-        evidence: ``{"reference": ..., "overall": {metric: comparison}, "by_data_source":
-            {source: {metric: comparison}}}``, each comparison ``delta``, ``ci_low`` and
-            ``ci_high`` of candidate - reference.
+        evidence: ``{"reference": ..., "prompts": answered, "validation_prompts": of,
+            "overall": {metric: comparison}, "by_data_source": {source: {metric:
+            comparison}}}``, each comparison ``delta``, ``ci_low`` and ``ci_high`` of
+            candidate - reference; fewer prompts answered than there are is refused.
         metric: The metric the candidate must beat the reference on (over all prompts).
         guards: ``{guard: tolerance}`` (see the module docstring).
 
@@ -105,7 +106,14 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
             failed.append(guard)
         reasons.append(f"guard {guard}: {_change(comparison)} ({rule}): "
                        + ("worse beyond its tolerance" if worse else "within"))
-    promote = beats and not failed
+    # Evidence recorded before eval counted its prompts answered every one of them.
+    answered, of = evidence.get("prompts"), evidence.get("validation_prompts")
+    quick = answered is not None and of is not None and answered < of
+    if quick:
+        reasons.append(f"eval answered {answered} of the {of} validation prompts "
+                       "(eval.max_prompts, a quick check): no evidence for the gate; run eval "
+                       "with eval.max_prompts unset (null)")
+    promote = beats and not failed and not quick
     return Decision(promote, reasons, used)
 
 

@@ -18,7 +18,8 @@ class EvalParams(ParamGroup):
         "auto", description="Generation back end: 'hf' (transformers generate, CPU or GPU), "
         "'vllm' (offline engine, GPU), 'auto' (vllm when installed with CUDA, else hf).")
     max_prompts: int | None = Field(
-        None, gt=0, description="Evaluate the first N validation prompts (null: all).")
+        None, gt=0, description="Evaluate the first N validation prompts (null: all): a "
+        "quick check, which the promotion gate does not take as evidence.")
     n_samples: int = Field(
         1, ge=1, description="Samples per prompt (n): mean@n, and pass@k and maj@k for the k "
         "of pass_k up to n.")

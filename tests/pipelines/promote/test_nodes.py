@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 
 from rl_pipeline import model_registry
@@ -195,11 +196,12 @@ def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_
     folder, number = _published(tiny_model_dir, store, 1)
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     trained = {"mean_reward": 0.6, "verdict": {"verdict": "learned", "reasons": ["up"]},
-               "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)},
+               "prompts": 5, "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)},
                "by_data_source": {"openai/gsm8k": {
                    "mean_reward": 0.6, "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)}}}}
     with mlflow.start_run(run_name="eval") as run:
-        out = record_eval({"base": {}, "trained": trained}, str(folder), {}, PARAMS)
+        out = record_eval({"base": {}, "trained": trained}, str(folder), {},
+                          pd.DataFrame({"prompt": range(5)}), PARAMS)
     assert out == {"recorded": True, "name": NAME, "version": number, "reference": "base"}
     version = model_registry.alias(NAME, model_registry.CANDIDATE)
     assert str(version.version) == number
@@ -210,3 +212,33 @@ def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_
     assert model_registry.read_evidence(version)["overall"] == {"mean_reward": _c(0.2, 0.1, 0.3)}
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # not rewritten
     check_manifest(folder)
+
+
+def test_a_quick_check_eval_on_some_prompts_is_no_evidence_for_the_gate(
+        store, tiny_model_dir) -> None:
+    """eval.max_prompts=20 is a quick check: its interval above 0 made a champion."""
+    from rl_pipeline.pipelines.eval.nodes import record_eval
+
+    folder, number = _published(tiny_model_dir, store, 1)
+    val = pd.DataFrame({"prompt": range(200)})
+
+    def evaluated(prompts: int) -> None:
+        trained = {"mean_reward": 0.6, "prompts": prompts,
+                   "verdict": {"verdict": "learned", "reasons": ["up"]},
+                   "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
+                               "truncation_rate": _c(0.0, 0.0, 0.0)},
+                   "by_data_source": {}}
+        with mlflow.start_run(run_name="eval"):
+            record_eval({"base": {}, "trained": trained}, str(folder), {}, val, PARAMS)
+
+    evaluated(20)
+    refused = _promote()
+    assert refused["promoted"] is False and refused["reasons"][-1] == (
+        "eval answered 20 of the 200 validation prompts (eval.max_prompts, a quick check): "
+        "no evidence for the gate; run eval with eval.max_prompts unset (null)")
+    assert refused["reasons"][0] == ("mean_reward: +0.25 [+0.05, +0.45] vs base: up beyond "
+                                     "the paired 95% interval")
+    assert model_registry.alias(NAME, model_registry.CHAMPION) is None
+    evaluated(200)  # eval on every prompt: the gate decides again
+    assert _promote()["promoted"] is True
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number

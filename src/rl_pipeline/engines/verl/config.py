@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
+from rl_pipeline.tracking import ARTIFACTS_BAR_ENV
 
 
 @dataclass(frozen=True)
@@ -248,10 +249,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
     if inputs.tracking_uri:
         out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_TRACKING_URI="
                    f"{_hydra_value(inputs.tracking_uri)}")
-        # The rollout table is appended every step (MLflow's log_table downloads it first):
-        # no download progress bar in the run's log each step.
-        out.append(f"+{_RUNTIME_ENV}.env_vars.MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="
-                   f"{_hydra_value('false')}")
+        out.append(f"+{_RUNTIME_ENV}.env_vars.{ARTIFACTS_BAR_ENV}={_hydra_value('false')}")
     if pip:
         out.append(f"+{_RUNTIME_ENV}.pip=[{','.join(_hydra_value(p) for p in pip)}]")
     if inputs.ray_address:

@@ -146,14 +146,15 @@ def summarize_eval(
 
 
 def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
-                champion_model: dict[str, Any], registry_params: RegistryParams,
-                ) -> dict[str, Any]:
+                champion_model: dict[str, Any], val_prompts: pd.DataFrame,
+                registry_params: RegistryParams) -> dict[str, Any]:
     """Add eval's results to the registered version of the model evaluated and point the
     alias ``candidate`` at it. The model folder is not touched: it stays as merge published
     and verified it (its card says where eval's results are).
 
     The gate's evidence is the comparison with the reference on the same prompts: the
-    champion evaluated here, else the base model.
+    champion evaluated here, else the base model; with how many of the validation prompts
+    eval answered (``eval.max_prompts`` makes a quick check, which the gate refuses).
 
     Returns:
         What was recorded (``eval_registry``).
@@ -171,7 +172,8 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
         return {"recorded": False, "path": str(folder)}
     key = "vs_champion" if champion_model.get("version") else "vs_base"
     reference = f"champion:{champion_model['version']}" if key == "vs_champion" else "base"
-    evidence = {"reference": reference, "overall": _comparisons(trained[key]),
+    evidence = {"reference": reference, "prompts": int(trained["prompts"]),
+                "validation_prompts": len(val_prompts), "overall": _comparisons(trained[key]),
                 "by_data_source": {source: _comparisons(values[key])
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}

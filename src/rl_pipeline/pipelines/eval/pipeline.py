@@ -52,7 +52,8 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=record_eval,
-            inputs=["eval_metrics", "merged_model", "champion_model", "params:registry"],
+            inputs=["eval_metrics", "merged_model", "champion_model", "val_prompts",
+                    "params:registry"],
             outputs="eval_registry",
             name="record_eval_node",
         ),
