@@ -342,6 +342,11 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert report.splitlines()[2].startswith(f"**Verdict: {verdict}.**")
     assert run_tags(runs, "eval")["eval.verdict"] == verdict
     assert run_tags(runs, "eval")["eval.verdict.rl_pipeline/arithmetic"] == verdict
+    # Off a terminal the log is one line per record (rich wrapped it at 80 columns): the
+    # verdict with all its reasons is one line a reader can grep.
+    said = f"eval verdict: {verdict} ({run_tags(runs, 'eval')['eval.verdict_reasons']})"
+    assert any(line.endswith(f"INFO rl_pipeline.pipelines.eval.nodes: {said}")
+               for line in result.stdout.splitlines()), result.stdout[-3000:]
     # The README's example reads the generations table and the verdict, as written.
     example = subprocess.run([sys.executable, "-c", readme_block("mlflow.load_table")],
                              cwd=project, capture_output=True, text=True, timeout=120)

@@ -81,7 +81,36 @@ class UserErrorExit(click.ClickException):
         click.secho(TRACEBACK_HINT, err=True)
 
 
+# Off a terminal (cron's log, CI, a pipe into tee) rich wraps every record at 80 columns,
+# which breaks a forecast or a verdict over six lines that grep then misses: there, one plain
+# line per record, through logging's own handler (Kedro allows no project class in a logging
+# configuration, and conf/logging.yml would hold on a terminal too), to the process's own
+# stdout: a stream swapped in for a while (click's test runner) may be closed by the next
+# record.
+PLAIN_LOGGING: dict[str, Any] = {
+    "version": 1, "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+                             "datefmt": "%Y-%m-%d %H:%M:%S"}},
+    "handlers": {"plain": {"class": "logging.StreamHandler", "formatter": "plain",
+                           "stream": "ext://sys.__stdout__"}},
+    "root": {"handlers": ["plain"]},
+}
+
+
+def plain_logs_off_a_terminal() -> bool:
+    """Log :data:`PLAIN_LOGGING`'s way where stdout is no terminal and the user named no
+    configuration of their own (``KEDRO_LOGGING_CONFIG``); whether it did."""
+    if sys.stdout.isatty() or os.environ.get("KEDRO_LOGGING_CONFIG"):
+        return False
+    from kedro.framework.project import LOGGING
+
+    LOGGING.configure({**PLAIN_LOGGING, "loggers": dict(LOGGING.data.get("loggers", {}))})
+    logging.captureWarnings(True)  # as Kedro's rich handler does
+    return True
+
+
 def _run(**options: Any) -> dict[str, Any]:
+    plain_logs_off_a_terminal()
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
     with _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):

@@ -50,3 +50,13 @@ def test_boxed_answers_are_read_by_the_math_scorer() -> None:
     assert compute_score("math", record["answer"], str(int(total) + 1)) == 0.0
     with pytest.raises(ValueError, match="answer_format='latex': expected one of gsm8k, boxed"):
         addition_records("train", 5, answer_format="latex")
+
+
+def test_inputs_no_stage_writes_say_they_exist_without_kedros_warning(caplog) -> None:
+    """A run's check of its inputs asks every input; Kedro's default answer warned."""
+    from rl_pipeline.datasets.model_source import ModelSourceDataset
+
+    caplog.set_level("WARNING")
+    assert AdditionDataset(split="train", rows=4).exists()
+    assert ModelSourceDataset(source="Qwen/Qwen2.5-0.5B-Instruct").exists()
+    assert not [r for r in caplog.records if "not implemented" in r.getMessage()]

@@ -86,6 +86,9 @@ class AdditionDataset(AbstractDataset[None, RawRecords]):
     def save(self, data: Any) -> None:
         raise DatasetError(f"{type(self).__name__} is read-only")
 
+    def _exists(self) -> bool:
+        return True  # generated on load, never missing (Kedro's default warns instead)
+
     def _describe(self) -> dict[str, Any]:
         return {"split": self._split, "rows": self._rows, "seed": self._seed,
                 "operands": self._operands, "answer_format": self._answer_format}
