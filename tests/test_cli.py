@@ -3,6 +3,7 @@ names the --params item and the quoting that works where Kedro would fail with a
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from rl_pipeline.cli import run, stages_to_run
@@ -77,7 +78,7 @@ def test_the_command_typed_is_given_to_the_stages_and_not_left_behind(monkeypatc
     import shlex
     import sys
 
-    from rl_pipeline.hooks import COMMAND_ENV
+    from rl_pipeline.runs.command import COMMAND_ENV
 
     monkeypatch.delenv(COMMAND_ENV, raising=False)
     monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "run", "--env", "cpu"])
@@ -115,3 +116,21 @@ def test_one_execution_id_for_a_commands_stages_and_none_left_for_the_next(
     monkeypatch.setenv(EXECUTION_ID_ENV, "airflow-run-7")
     assert ids() == ["airflow-run-7", "airflow-run-7"]
     assert os.environ[EXECUTION_ID_ENV] == "airflow-run-7"
+
+
+@pytest.mark.parametrize(("typed", "stage"), [
+    ("kedro run --env cpu --params 'train.trl.max_steps=2,eval.max_prompts=4'",
+     "kedro run --env cpu --params train.trl.max_steps=2,eval.max_prompts=4 --pipelines train"),
+    ("kedro run --pipelines data_prep,train --env cpu", "kedro run --env cpu --pipelines train"),
+    ("kedro run --pipeline=eval --params x=1", "kedro run --params x=1 --pipelines train"),
+    ("kedro run -p train --async", "kedro run --async --pipelines train"),
+])
+def test_one_stage_of_the_typed_command_keeps_its_environment_and_parameters(
+        monkeypatch, typed, stage) -> None:
+    """What a stage's run tags as its command, and the trl engine writes as its launch."""
+    from rl_pipeline.runs.command import COMMAND_ENV, stage_command
+
+    monkeypatch.setenv(COMMAND_ENV, typed)
+    assert stage_command("train") == stage
+    monkeypatch.delenv(COMMAND_ENV)
+    assert stage_command("train") is None  # a scheduler's task: nothing typed

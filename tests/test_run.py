@@ -265,12 +265,16 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     # Lineage: one execution, the commit, and each dataset version from save to load.
     assert len({r.data.tags["pipeline_execution_id"] for r in runs}) == 1
     assert len({r.data.tags["run_id"] for r in runs}) == 5  # Kedro's run (session) id
-    # The command typed, on every stage's run; kedro-mlflow's one-stage command beside it.
+    # The command typed, on every stage's run; the same for that stage alone beside it, and
+    # as the trl engine's launch (it has no launcher but the train stage).
     assert {r.data.tags["kedro_command"] for r in runs} == {
         shlex.join(["kedro", "run", "--env", "cpu", "--params", params])}
+    stages = ("data_prep", "train", "merge", "eval", "promote")
     assert [r.data.tags["stage_command"] for r in runs] == [
-        f"kedro run --pipeline={stage}" for stage in ("data_prep", "train", "merge", "eval",
-                                                      "promote")]
+        shlex.join(["kedro", "run", "--env", "cpu", "--params", params, "--pipelines", stage])
+        for stage in stages]
+    assert run_tags(runs, "train")["stage_command"] in \
+        (project / "data/08_reporting/train_command.sh").read_text().splitlines()
     assert {(r.data.tags["git_commit"], r.data.tags["git_dirty"]) for r in runs} == \
         {(commit, "false")}
     saved = run_tags(runs, "data_prep")["dataset.saved.train_prompts"]

@@ -43,8 +43,9 @@ from kedro.framework.cli.utils import split_string
 from omegaconf import OmegaConf
 
 from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user_message
-from rl_pipeline.hooks import COMMAND_ENV, EXECUTION_ID_ENV
+from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
+from rl_pipeline.runs.command import COMMAND_ENV
 from rl_pipeline.runs.stage_lock import LOCKED_EXIT_CODE, StageLockedError
 
 logger = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from rl_pipeline.params import (
     cross_group_problems,
     resolve_followers,
 )
+from rl_pipeline.runs.command import stage_command, typed_command
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
 from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
@@ -198,9 +199,6 @@ class StageInputsHook:
 
 # Set by `kedro run` for all the stages it runs (src/rl_pipeline/cli.py), or by a scheduler.
 EXECUTION_ID_ENV = "RL_PIPELINE_EXECUTION_ID"
-# The command the user typed (rl_pipeline.cli sets it): kedro-mlflow's kedro_command tag names
-# the one stage a session ran, `kedro run --pipeline=eval`, also when the user ran them all.
-COMMAND_ENV = "RL_PIPELINE_COMMAND"
 
 
 def project_folders(context: KedroContext) -> dict[str, Path]:
@@ -296,13 +294,14 @@ class LineageHook:
         run = mlflow.active_run()
         if run is None:  # tracking disabled for this pipeline
             return
-        command = os.environ.get(COMMAND_ENV)
-        stage = (mlflow.MlflowClient().get_run(run.info.run_id).data.tags.get("kedro_command")
-                 if command else None)
+        command = typed_command()
+        names = run_params.get("pipeline_names") or [run_params.get("pipeline_name")
+                                                     or "__default__"]
+        stage = stage_command(",".join(names))
         mlflow.set_tags({"pipeline_execution_id": os.environ.get(EXECUTION_ID_ENV)
                          or uuid.uuid4().hex, **git_state(Path(run_params["project_path"])),
                          **process_tags(),
-                         # what was typed, and kedro-mlflow's command for this stage alone
+                         # what was typed, and the same for this stage alone
                          **({"kedro_command": command, "stage_command": stage}
                             if command else {})})
         end_orphaned_runs(mlflow.MlflowClient(), run.info.experiment_id, run.info.run_id)

@@ -20,6 +20,7 @@ from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
 from rl_pipeline.engines.trl.export import export_result
 from rl_pipeline.engines.trl.preflight import plan_trl, step_work
 from rl_pipeline.engines.trl.train import train_trl
+from rl_pipeline.runs.command import stage_command
 
 
 class TrlEngine(Engine):
@@ -32,8 +33,12 @@ class TrlEngine(Engine):
         report, config_yaml = plan_trl(params, setup.reward, setup.train_prompts_file,
                                        setup.base_model, setup.checkpoints_dir,
                                        setup.train_rows)
-        command = ("# The trl engine runs in the Kedro node (no separate launcher):\n"
-                   "kedro run --pipelines train --params train.engine=trl\n")
+        # TRL has no launcher of its own: the same launch is the train stage, run with this
+        # command's environment and parameters.
+        command = ("# The trl engine trains inside the Kedro node (no launcher of its own); "
+                   "this stage again:\n" + (stage_command("train") or
+                   "# (with this run's --env and --params: the train run's kedro_command tag)\n"
+                   "kedro run --pipelines train") + "\n")
         return Preflight(plan={"engine": self.name}, report=report, config_yaml=config_yaml,
                          command=command,
                          work=step_work(params, setup.train_rows, setup.base_model))
