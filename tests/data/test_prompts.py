@@ -41,7 +41,7 @@ def test_template_over_several_fields_and_system_prompt() -> None:
     params = DataPrepParams(prompt_template="{Body} {Question}", answer_column="Answer",
                             system_prompt="Be brief.", instruction="Answer after ####.")
     raw = _raw([{"Body": "Tom has 3 apples.", "Question": "How many?", "Answer": 3}])
-    work, dropped, bad = extract_work_frame(raw, params, "images")
+    work, dropped, bad, _ = extract_work_frame(raw, params, "images")
     assert not dropped and not bad
     assert work.loc[0, "question"] == "Tom has 3 apples. How many?"
     assert work.loc[0, "ground_truth"] == "3"
@@ -64,7 +64,7 @@ def test_missing_column_names_it_and_lists_the_columns_found() -> None:
 def test_field_missing_from_some_records_makes_them_bad_records() -> None:
     params = DataPrepParams(dataset_prompt_column="question")
     raw = _raw([{"question": "q1", "answer": "a"}, {"answer": "b"}])
-    work, _, bad = extract_work_frame(raw, params, "images")
+    work, _, bad, _ = extract_work_frame(raw, params, "images")
     assert len(work) == 1
     assert len(bad) == 1 and bad[0].line == 2 and "missing field(s) question" in bad[0].reason
 
@@ -80,7 +80,7 @@ def test_field_missing_from_some_records_makes_them_bad_records() -> None:
 def test_a_prompt_field_that_is_not_a_string_makes_a_bad_record(question, found) -> None:
     params = DataPrepParams(dataset_prompt_column="question")
     raw = _raw([{"question": "q1", "answer": "a"}, {"question": question, "answer": "b"}])
-    work, dropped, bad = extract_work_frame(raw, params, "images")
+    work, dropped, bad, _ = extract_work_frame(raw, params, "images")
     assert list(work["question"]) == ["q1"] and not dropped
     assert [b.describe() for b in bad] == [
         f"in.jsonl, line 2: field 'question' is {found}, expected a string"]
@@ -91,7 +91,7 @@ def test_template_fields_and_answer_are_type_checked_too() -> None:
     raw = _raw([{"Body": "Tom has 3.", "Question": 3, "Answer": False},
                 {"Body": "x" * 60, "Question": "How many?", "Answer": 2.0},
                 {"Body": "Ann has 2.", "Question": "How many?", "Answer": 2}])
-    work, _, bad = extract_work_frame(raw, params, "images")
+    work, _, bad, _ = extract_work_frame(raw, params, "images")
     assert [b.reason for b in bad] == [
         "field 'Question' is int (3), expected a string; "
         "field 'Answer' is bool (False), expected a string or an integer",
@@ -102,7 +102,7 @@ def test_template_fields_and_answer_are_type_checked_too() -> None:
 
 def test_a_long_mistyped_value_is_shortened_in_the_message() -> None:
     params = DataPrepParams(dataset_prompt_column="question")
-    work, _, bad = extract_work_frame(_raw([{"question": list(range(100)), "answer": "a"}]),
+    work, _, bad, _ = extract_work_frame(_raw([{"question": list(range(100)), "answer": "a"}]),
                                       params, "images")
     assert work.empty
     assert bad[0].reason.startswith("field 'question' is list ([0, 1, 2, 3")
@@ -114,9 +114,14 @@ def test_empty_prompt_and_missing_ground_truth_are_dropped_with_reasons() -> Non
     raw = _raw([{"question": "  ", "answer": "#### 1"},
                 {"question": "ok", "answer": "no number"},
                 {"question": "fine", "answer": "#### 2"}])
-    work, dropped, _ = extract_work_frame(raw, params, "images")
+    work, dropped, _, filtered = extract_work_frame(raw, params, "images")
     assert list(work["question"]) == ["fine"]
     assert dropped == {"empty_prompt": 1, "no_ground_truth": 1}
+    # Each named by where it is and why, for the report (the counts alone named neither).
+    assert [f.describe() for f in filtered] == [
+        "in.jsonl, line 1: empty_prompt: field(s) question hold no text",
+        "in.jsonl, line 2: no_ground_truth: field 'answer' is 'no number', expected a "
+        "'#### <number>' line (answer_extraction 'gsm8k')"]
 
 
 def test_empty_input_says_so() -> None:
@@ -129,7 +134,7 @@ def test_verl_schema_and_images_column() -> None:
                             data_source="geo", ability="vision")
     images = [{"bytes": b"\x89PNG", "path": None}]
     raw = _raw([{"q": "<image>What angle?", "a": "30", "images": images}])
-    work, _, _ = extract_work_frame(raw, params, "images")
+    work, _, _, _ = extract_work_frame(raw, params, "images")
     frame = to_verl_frame(work, params, "train", "images")
     assert list(frame.columns) == ["data_source", "prompt", "ability", "reward_model",
                                    "extra_info", "images"]
@@ -142,7 +147,7 @@ def test_verl_schema_and_images_column() -> None:
 
 def test_text_only_data_has_no_image_column() -> None:
     params = DataPrepParams(dataset_prompt_column="q", answer_column="a")
-    work, _, _ = extract_work_frame(_raw([{"q": "x", "a": "1"}]), params, "images")
+    work, _, _, _ = extract_work_frame(_raw([{"q": "x", "a": "1"}]), params, "images")
     assert "images" not in to_verl_frame(work, params, "val", "images").columns
 
 

@@ -44,6 +44,7 @@ class Hygiene:
     rows_in: dict[str, int]
     dropped: dict[str, Counter]
     bad_records: list[str]
+    filtered_rows: list[str]  # dropped for an empty prompt or no ground truth: where, why
     train_val_overlap: int
     val_source: str
     val_split_off: int = 0  # train rows moved to val when there is no validation input
@@ -51,7 +52,8 @@ class Hygiene:
     def as_dict(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in,
                 "dropped": {s: dict(c) for s, c in self.dropped.items()},
-                "bad_records": self.bad_records, "train_val_overlap": self.train_val_overlap,
+                "bad_records": self.bad_records, "filtered_rows": self.filtered_rows,
+                "train_val_overlap": self.train_val_overlap,
                 "val_source": self.val_source, "val_split_off": self.val_split_off}
 
 
@@ -78,6 +80,7 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
     """
     dropped = {s: Counter() for s in SPLITS}
     skipped: list[BadRecord] = []
+    filtered_rows: list[str] = []
     frames: dict[str, pd.DataFrame] = {}
     rows_in = {"train": 0, "val": 0}
     empty: list[str] = []
@@ -86,7 +89,7 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
             continue
         rows_in[split] = len(raw.records) + len(raw.bad)
         try:
-            work, reasons, bad = extract_work_frame(raw, params, image_key)
+            work, reasons, bad, filtered = extract_work_frame(raw, params, image_key)
         except DataError as exc:
             if split == "train":
                 raise
@@ -102,6 +105,11 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
                 f"{len(bad)} bad record(s) in {raw.source}", [b.describe() for b in bad],
                 "Fix them, or set data_prep.on_bad_record=skip to drop and count them."))
         dropped[split].update(reasons)
+        if filtered:
+            logger.warning("%s: dropped %d row(s) with no usable prompt or ground truth (the "
+                           "report lists them), e.g. %s", split, len(filtered),
+                           filtered[0].describe())
+            filtered_rows.extend(b.describe() for b in filtered)
         if bad:
             dropped[split]["bad_record"] += len(bad)
             skipped.extend(bad)
@@ -133,7 +141,8 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
                                              split_off=split_off)])
     return frames["train"], frames["val"], Hygiene(
         rows_in=rows_in, dropped=dropped, bad_records=[b.describe() for b in skipped],
-        train_val_overlap=n_overlap, val_source=val_source, val_split_off=split_off)
+        filtered_rows=filtered_rows, train_val_overlap=n_overlap, val_source=val_source,
+        val_split_off=split_off)
 
 
 def fit_split(work: pd.DataFrame, split: str, tokenizer: PreTrainedTokenizerBase,

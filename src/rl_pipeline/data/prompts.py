@@ -93,7 +93,7 @@ def chat_messages(question: str, params: DataPrepParams) -> list[dict[str, str]]
 
 def extract_work_frame(
     raw: RawRecords, params: DataPrepParams, image_key: str
-) -> tuple[pd.DataFrame, Counter, list[BadRecord]]:
+) -> tuple[pd.DataFrame, Counter, list[BadRecord], list[BadRecord]]:
     """Map raw records to a work frame by the configured columns.
 
     Args:
@@ -102,9 +102,10 @@ def extract_work_frame(
         image_key: The column that holds images in multimodal data.
 
     Returns:
-        The work frame, the count of dropped rows by reason, and the records that lack a
+        The work frame, the count of dropped rows by reason, the records that lack a
         field the prompt or answer needs, or hold it as another type than text (bad
-        records, handled by ``on_bad_record``).
+        records, handled by ``on_bad_record``), and the rows dropped for an empty prompt
+        or no ground truth, each with where it is and why (the report lists them).
 
     Raises:
         DataError: If the input has no records, or a needed column is in none of them.
@@ -118,6 +119,7 @@ def extract_work_frame(
     rows: list[dict[str, Any]] = []
     dropped: Counter = Counter()
     bad: list[BadRecord] = []
+    filtered: list[BadRecord] = []
     for record, line in zip(raw.records, raw.lines, strict=True):
         missing = [c for c in needed if c not in record]
         if missing:
@@ -131,10 +133,15 @@ def extract_work_frame(
         question = question_text(record, params).strip()
         if not question:
             dropped["empty_prompt"] += 1
+            filtered.append(BadRecord(raw.source, line, "empty_prompt: field(s) "
+                                      f"{', '.join(prompt_fields(params))} hold no text",
+                                      raw.unit))
             continue
         truth = extract_ground_truth(record[params.answer_column], params)
         if truth is None:
             dropped["no_ground_truth"] += 1
+            filtered.append(BadRecord(raw.source, line, no_ground_truth(
+                record[params.answer_column], params), raw.unit))
             continue
         row = {"question": question, "answer": _as_text(record[params.answer_column]),
                "ground_truth": truth, "origin": raw.origin, "line": line}
@@ -142,7 +149,19 @@ def extract_work_frame(
             row[image_key] = record.get(image_key)
         rows.append(row)
     columns = WORK_COLUMNS + ([image_key] if has_images else [])
-    return pd.DataFrame(rows, columns=columns), dropped, bad
+    return pd.DataFrame(rows, columns=columns), dropped, bad, filtered
+
+
+def no_ground_truth(answer: Any, params: DataPrepParams) -> str:
+    """Why :func:`extract_ground_truth` found nothing in ``answer``, naming the field and
+    what the extraction expects."""
+    expected = {"gsm8k": "a '#### <number>' line", "whole": "some text",
+                "regex": f"a match of {params.answer_regex!r} with a non-empty group 1"}
+    shown = repr(_as_text(answer))
+    shown = shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."
+    return (f"no_ground_truth: field {params.answer_column!r} is {shown}, expected "
+            f"{expected[params.answer_extraction]} (answer_extraction "
+            f"{params.answer_extraction!r})")
 
 
 def to_verl_frame(work: pd.DataFrame, params: DataPrepParams, split: str,

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from rl_pipeline.data.prepare import DROP_REASONS, SPLITS  # noqa: E402
 from rl_pipeline.params import DataParams, DataPrepParams  # noqa: E402
 
-_LISTED_BAD = 20  # skipped bad records quoted in the report (the counts cover all)
+_LISTED_BAD = 20  # skipped or filtered rows quoted in the report (the counts cover all)
 
 
 def length_histogram(samples: dict[str, np.ndarray], limit: int) -> Figure:
@@ -66,6 +66,7 @@ def data_prep_report(hygiene: dict[str, Any], lengths: dict[str, Any],
         "val_source": hygiene["val_source"],
         "tokenizer": lengths["tokenizer"],
         "bad_records_skipped": hygiene["bad_records"][:_LISTED_BAD],
+        "rows_filtered": hygiene["filtered_rows"][:_LISTED_BAD],
         "reward_self_test": self_test,
     }
 

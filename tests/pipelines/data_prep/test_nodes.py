@@ -132,6 +132,20 @@ def test_skip_drops_bad_lines_and_the_report_counts_them(tmp_path, tokenizer_dir
     assert "not UTF-8" in skipped[1] and "missing field(s) question" in skipped[2]
 
 
+def test_rows_dropped_for_no_ground_truth_are_named_in_the_log_and_the_report(
+        tmp_path, tokenizer_dir, prep_params, data_params, caplog) -> None:
+    records = [{"question": f"q{i}?", "answer": f"#### {i}"} for i in range(12)]
+    records[7]["answer"] = "ten"
+    path = write_jsonl(tmp_path / "answers.jsonl", records)
+    caplog.set_level("WARNING")
+    _, _, report, _, _ = _run_all(path, None, tokenizer_dir, prep_params, data_params)
+    why = (f"{path}, line 8: no_ground_truth: field 'answer' is 'ten', expected a "
+           "'#### <number>' line (answer_extraction 'gsm8k')")
+    assert report["dropped"]["no_ground_truth"] == 1 and report["rows_filtered"] == [why]
+    assert f"train: dropped 1 row(s) with no usable prompt or ground truth (the report lists " \
+           f"them), e.g. {why}" in caplog.text
+
+
 def test_nothing_left_after_cleaning_names_rows_reasons_and_parameters(tmp_path, prep_params,
                                                                        data_params) -> None:
     path = write_jsonl(tmp_path / "noanswers.jsonl",
