@@ -114,6 +114,9 @@ def project(tmp_path_factory) -> Path:
     (project / "broken_reward.py").write_text(
         "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    return 1.0\n\n\nSCALE = 1 / 0\n")
+    (project / "two_rewards.py").write_text(
+        "def exact(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return 1.0\n\n\ndef brevity(solution_str):\n    return 0.5\n")
     return project
 
 
@@ -146,6 +149,23 @@ def test_a_user_error_is_told_without_a_traceback(project, params, message, deta
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)
     assert detail in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "message"), [
+    ("score", "custom_reward_function.name='score' is not a function in two_rewards.py; "
+              "functions found: exact, brevity"),
+    ("brevity", "custom_reward_function brevity in two_rewards.py must accept (data_source, "
+                "solution_str, ground_truth, extra_info=None): too many positional arguments"),
+])
+def test_a_reward_function_that_cannot_be_used_is_told_without_a_traceback(
+        project, name, message) -> None:
+    """Found by the reward self-test, the last step of data_prep (its log before it)."""
+    result, output = _data_prep(project, "reward.custom_reward_function.path=two_rewards.py,"
+                                         f"reward.custom_reward_function.name={name}")
+    assert result.returncode == 1, output
+    assert f"Error: {message}" in result.stderr, output
+    assert "Traceback" not in output and "╭" not in output, output
 
 
 @pytest.mark.slow

@@ -98,20 +98,19 @@ PLAIN_LOGGING: dict[str, Any] = {
 }
 
 
-def plain_logs_off_a_terminal() -> bool:
+def _plain_logs_off_a_terminal() -> None:
     """Log :data:`PLAIN_LOGGING`'s way where stdout is no terminal and the user named no
-    configuration of their own (``KEDRO_LOGGING_CONFIG``); whether it did."""
+    configuration of their own (``KEDRO_LOGGING_CONFIG``)."""
     if sys.stdout.isatty() or os.environ.get("KEDRO_LOGGING_CONFIG"):
-        return False
+        return
     from kedro.framework.project import LOGGING
 
     LOGGING.configure({**PLAIN_LOGGING, "loggers": dict(LOGGING.data.get("loggers", {}))})
     logging.captureWarnings(True)  # as Kedro's rich handler does
-    return True
 
 
 def _run(**options: Any) -> dict[str, Any]:
-    plain_logs_off_a_terminal()
+    _plain_logs_off_a_terminal()
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
     with _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):

@@ -55,8 +55,10 @@ def test_boxed_answers_are_read_by_the_math_scorer() -> None:
 def test_inputs_no_stage_writes_say_they_exist_without_kedros_warning(caplog) -> None:
     """A run's check of its inputs asks every input; Kedro's default answer warned."""
     from rl_pipeline.datasets.model_source import ModelSourceDataset
+    from rl_pipeline.datasets.raw_records import RawRecordsDataset
 
     caplog.set_level("WARNING")
     assert AdditionDataset(split="train", rows=4).exists()
     assert ModelSourceDataset(source="Qwen/Qwen2.5-0.5B-Instruct").exists()
+    assert RawRecordsDataset(dataset_name="my/dataset").exists()
     assert not [r for r in caplog.records if "not implemented" in r.getMessage()]

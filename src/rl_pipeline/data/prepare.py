@@ -99,7 +99,7 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
                             "in conf/*/catalog.yml): point it at your validation file, or "
                             "set it empty (--params dataset_validation_split=) to split "
                             "validation off the training file.") from None
-        bad = raw.bad + bad
+        bad = sorted(raw.bad + bad, key=lambda record: record.line)  # unreadable, then unusable
         if bad and params.on_bad_record == "error":
             raise DataError(_list_problems(
                 f"{len(bad)} bad record(s) in {raw.source}", [b.describe() for b in bad],

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
+from rl_pipeline.errors import UserError
 from rl_pipeline.params.reward import JUDGE, REGEX
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
 from rl_pipeline.rewards.judge import Judge
@@ -159,6 +160,12 @@ BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, 
 BUILTIN[JUDGE], BUILTIN[REGEX] = Judge, RegexAnswer
 
 
+class RewardFunctionError(UserError, ValueError):
+    """The reward function the parameters name cannot be used: no such built-in, no such
+    function in its file, or one that takes other arguments; the message says which. (A file
+    that fails to import is a ValueError with its traceback, which shows the failing line.)"""
+
+
 def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
     """The reward function the spec's ``custom_reward_function`` names.
 
@@ -170,29 +177,33 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the file cannot be imported, or has no such function, or the function
-            does not take verl's reward arguments.
+        ValueError: If the file cannot be imported (its traceback shows where).
+        RewardFunctionError: If there is no such function, or it does not take verl's reward
+            arguments (a ValueError too).
     """
     if not path:
         if name in (JUDGE, REGEX):
-            raise ValueError(f"the {name} reward is made from the reward.{name} group: "
-                             "rl_pipeline.rewards.build_reward builds it")
+            raise RewardFunctionError(f"the {name} reward is made from the reward.{name} "
+                                      "group: rl_pipeline.rewards.build_reward builds it")
         if name not in BUILTIN:
-            raise ValueError(f"custom_reward_function.name={name!r} is not a built-in reward; "
-                             f"built-ins: {', '.join(BUILTIN)} (or give a file in .path)")
+            raise RewardFunctionError(
+                f"custom_reward_function.name={name!r} is not a built-in reward; built-ins: "
+                f"{', '.join(BUILTIN)} (or give a file in .path)")
         return BUILTIN[name]
     if not path.startswith(PKG) and not Path(path).is_file():
         raise FileNotFoundError(f"custom_reward_function.path={path!r}: no such file")
     try:
         module = _import_reward_module(path)
-    except Exception as exc:
-        raise ValueError(f"custom_reward_function.path={path!r} failed to import: {exc!r}") from exc
+    except Exception as exc:  # a bug in the user's code: its traceback shows the line
+        raise ValueError(f"custom_reward_function.path={path!r} failed to import: "
+                         f"{exc!r}") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         found = [n for n, v in vars(module).items() if inspect.isfunction(v)
                  and v.__module__ == module.__name__]
-        raise ValueError(f"custom_reward_function.name={name!r} is not a function in {path}; "
-                         f"functions found: {', '.join(found) or 'none'}")
+        raise RewardFunctionError(
+            f"custom_reward_function.name={name!r} is not a function in {path}; functions "
+            f"found: {', '.join(found) or 'none'}")
     _check_signature(fn, path, name)
     return fn
 
@@ -499,5 +510,6 @@ def _check_signature(fn: Callable, path: str, name: str) -> None:
     try:
         inspect.signature(fn).bind("source", "solution", "truth", None)
     except TypeError as exc:
-        raise ValueError(f"custom_reward_function {name} in {path} must accept (data_source, "
-                         f"solution_str, ground_truth, extra_info=None): {exc}") from None
+        raise RewardFunctionError(
+            f"custom_reward_function {name} in {path} must accept (data_source, "
+            f"solution_str, ground_truth, extra_info=None): {exc}") from None

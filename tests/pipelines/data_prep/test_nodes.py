@@ -114,6 +114,20 @@ def test_malformed_line_fails_naming_file_and_line(tmp_path, prep_params, data_p
     assert "on_bad_record=skip" in str(err.value)
 
 
+def test_bad_records_are_listed_in_the_order_of_their_lines(tmp_path, prep_params,
+                                                             data_params) -> None:
+    """Unreadable lines were listed before records missing a field, whatever their lines."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"question": "q1?", "answer": "#### 1"}\n{"answer": "#### 2"}\n'
+                    '{"question": "q3?", "answer": "#### 3"}\n{not json\n')
+    with pytest.raises(DataError) as err:
+        clean_prompt_splits(read_jsonl(path), None, DataPrepParams.model_validate(prep_params),
+                            DataParams.model_validate(data_params))
+    message = str(err.value)
+    assert message.index(f"{path}, line 2: missing field(s) question") < \
+        message.index(f"{path}, line 4: malformed JSON")
+
+
 def test_skip_drops_bad_lines_and_the_report_counts_them(tmp_path, tokenizer_dir, prep_params,
                                                          data_params) -> None:
     good = [f'{{"question": "q{i}?", "answer": "#### {i}"}}'.encode() for i in range(12)]
