@@ -144,7 +144,11 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
      "${runtime_params:dataset_train_splt}"),
     ("data_prep.data_source=apps,reward.self_test=off", "- data_prep.data_source='apps': ",
      "(prime_code) runs the model's generated code on this machine, outside any sandbox"),
-], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host"])
+    ("dataset_name=data/my_dataset,dataset_validation_split=val.jsonl",
+     "--params dataset_validation_split=val.jsonl: dataset_name=data/my_dataset is given too",
+     "in place of any file: give dataset_name or the files"),
+], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host",
+        "two_sources"])
 def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)

@@ -55,7 +55,8 @@ class WholeConfigurationHook:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         raw = context.config_loader["parameters"]  # runtime --params included
-        unread = unread_runtime_params(context.config_loader)
+        unread = (unread_runtime_params(context.config_loader)
+                  + two_sources(getattr(context.config_loader, "runtime_params", None) or {}))
         if unread:
             raise ConfigError("\n".join(unread))
         groups, problems = {}, []
@@ -140,6 +141,18 @@ def unread_runtime_params(loader: Any) -> list[str]:
     return [f"--params {name}: nothing in {where} reads it (not a parameter, and no "
             f"catalog entry of conf/{'/, conf/'.join(envs)}/ uses ${{runtime_params:{name}}})"
             + _own_data_hint(name, catalog) for name in names if name not in read]
+
+
+def two_sources(runtime: dict[str, Any]) -> list[str]:
+    """A problem for each input file given beside ``dataset_name``: the raw inputs read the
+    Hugging Face dataset's splits then, and the file would be ignored without a word."""
+    if not runtime.get("dataset_name"):
+        return []
+    return [f"--params {name}={runtime[name]}: dataset_name={runtime['dataset_name']} is given "
+            "too, and the inputs read that dataset's splits (train; validation, else test) in "
+            "place of any file: give dataset_name or the files"
+            for name in ("dataset_train_split", "dataset_validation_split")
+            if runtime.get(name)]
 
 
 def _only_runtime(loader: Any, name: str) -> bool:
