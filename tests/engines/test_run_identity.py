@@ -46,6 +46,8 @@ def test_a_reward_terms_file_is_part_of_the_identity(tiny_model_dir, tmp_path) -
      "reward.terms[1].path='gone.py'"),
     ({"custom_reward_function": {"path": "pkg://no_such_module_here", "name": "score"}},
      "reward.custom_reward_function.path='pkg://no_such_module_here'"),
+    ({"custom_reward_function": {"path": "pkg://no_such_package.rewards", "name": "score"}},
+     "reward.custom_reward_function.path='pkg://no_such_package.rewards'"),
 ])
 def test_a_reward_file_that_is_not_there_is_named_by_its_parameter(
         tiny_model_dir, tmp_path, reward, parameter) -> None:

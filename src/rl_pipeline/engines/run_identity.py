@@ -161,7 +161,10 @@ def _reward_file_sha256(parameter: str, path: str) -> str:
     from rl_pipeline.rewards.scoring import PKG
 
     if path.startswith(PKG):
-        spec = importlib.util.find_spec(path.removeprefix(PKG))
+        try:
+            spec = importlib.util.find_spec(path.removeprefix(PKG))
+        except (ImportError, ValueError):  # a parent package that is not there
+            spec = None
         file = Path(spec.origin) if spec and spec.origin else None
     else:
         file = Path(path)
