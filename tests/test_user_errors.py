@@ -144,11 +144,7 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
      "${runtime_params:dataset_train_splt}"),
     ("data_prep.data_source=apps,reward.self_test=off", "- data_prep.data_source='apps': ",
      "(prime_code) runs the model's generated code on this machine, outside any sandbox"),
-    ("dataset_name=data/my_dataset,dataset_validation_split=val.jsonl",
-     "--params dataset_validation_split=val.jsonl: dataset_name=data/my_dataset is given too",
-     "in place of any file: give dataset_name or the files"),
-], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host",
-        "two_sources"])
+], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host"])
 def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)
@@ -232,3 +228,19 @@ def test_an_unquoted_off_from_the_command_line_turns_the_self_test_off() -> None
     assert RewardParams.model_validate(raw["reward"]).self_test == "off"
     with pytest.raises(ConfigError, match="reward.self_test=True"):
         RewardParams.model_validate({"self_test": True})
+
+
+def test_an_input_file_beside_dataset_name_is_refused_naming_both() -> None:
+    """WholeConfigurationHook refuses these before any node (as unread --params names): the
+    raw inputs read the dataset's splits, and the file was ignored without a word."""
+    from rl_pipeline.hooks import two_sources
+
+    assert two_sources({"dataset_name": "data/my_dataset",
+                        "dataset_validation_split": "val.jsonl"}) == [
+        "--params dataset_validation_split=val.jsonl: dataset_name=data/my_dataset is given "
+        "too, and the inputs read that dataset's splits (train; validation, else test) in "
+        "place of any file: give dataset_name or the files"]
+    assert len(two_sources({"dataset_name": "d", "dataset_train_split": "t.jsonl",
+                            "dataset_validation_split": "v.jsonl"})) == 2
+    assert two_sources({"dataset_name": "d", "dataset_validation_split": ""}) == []
+    assert two_sources({"dataset_train_split": "t.jsonl"}) == []

@@ -83,12 +83,11 @@ class WholeConfigurationHook:
 
 def _gate_problems(groups: dict[str, ParamGroup]) -> list[str]:
     """promote's metric and guards that eval, as configured, will not compare."""
-    from rl_pipeline.evaluation.generate import sampling_settings
     from rl_pipeline.evaluation.promotion import unknown_gate_metrics
 
     promote, evaluation = groups["promote"], groups["eval"]
-    samples = sampling_settings(evaluation, groups["data"]).samples
-    return unknown_gate_metrics(promote.metric, promote.guards, samples, evaluation.pass_k)
+    return unknown_gate_metrics(promote.metric, promote.guards, evaluation.samples,
+                                evaluation.pass_k)
 
 
 def _put_param(catalog: Any, key: str, value: Any) -> None:

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rl_pipeline.params import DataParams, EvalParams
+from rl_pipeline.params.eval import samples_per_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class SamplingSettings:
 
     @property
     def samples(self) -> int:
-        return 1 if self.greedy else self.n_samples
+        return samples_per_prompt(self.n_samples, self.greedy)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,18 @@ class EvalParams(ParamGroup):
         "Follows train.verl.rollout_gpu_memory_utilization (null); another value is refused.")
     seed: int = Field(42, description="Sampling seed, and the bootstrap's.")
 
+    @property
+    def samples(self) -> int:
+        """Samples per prompt: one when greedy, else n_samples."""
+        return samples_per_prompt(self.n_samples, self.greedy)
+
     @model_validator(mode="after")
     def _positive_k(self) -> EvalParams:
         if any(k < 1 for k in self.pass_k):
             raise ValueError(f"eval.pass_k={self.pass_k}: every k must be at least 1")
         return self
+
+
+def samples_per_prompt(n_samples: int, greedy: bool) -> int:
+    """What eval generates per prompt: greedy decoding has one answer."""
+    return 1 if greedy else n_samples
