@@ -114,9 +114,6 @@ def project(tmp_path_factory) -> Path:
     (project / "broken_reward.py").write_text(
         "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    return 1.0\n\n\nSCALE = 1 / 0\n")
-    (project / "two_rewards.py").write_text(
-        "def exact(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return 1.0\n\n\ndef brevity(solution_str):\n    return 0.5\n")
     return project
 
 
@@ -151,26 +148,19 @@ def test_a_user_error_is_told_without_a_traceback(project, params, message, deta
     assert detail in result.stderr
 
 
-@pytest.mark.slow
-def test_a_reward_function_that_cannot_be_used_is_told_without_a_traceback(project) -> None:
-    """Found by the reward self-test, the last step of data_prep (its log before it). The
-    other case of RewardFunctionError, a function taking other arguments, is told alike
-    (test_the_reward_functions_own_mistakes_are_user_errors)."""
-    result, output = _data_prep(project, "reward.custom_reward_function.path=two_rewards.py,"
-                                         "reward.custom_reward_function.name=score")
-    assert result.returncode == 1, output
-    assert ("Error: custom_reward_function.name='score' is not a function in two_rewards.py; "
-            "functions found: exact, brevity") in result.stderr, output
-    assert "Traceback" not in output and "╭" not in output, output
-
-
 def test_the_reward_functions_own_mistakes_are_user_errors(tmp_path) -> None:
-    """No such function, or other arguments: the message says all; a file that fails to
-    import is the user's bug, whose traceback shows the line (test_a_bug_keeps_its_traceback)."""
+    """No such function, or other arguments: user errors, which `kedro run` tells without a
+    traceback (as the cases above show); a file that fails to import is the user's bug, whose
+    traceback shows the line (test_a_bug_keeps_its_traceback)."""
     from rl_pipeline.rewards.scoring import load_reward_function
 
     rewards = tmp_path / "two_rewards.py"
     rewards.write_text("def brevity(solution_str):\n    return 0.5\n")
+    with pytest.raises(ValueError) as err:
+        load_reward_function(str(rewards), "score")
+    assert user_error(err.value) is err.value
+    assert str(err.value) == (f"custom_reward_function.name='score' is not a function in "
+                              f"{rewards}; functions found: brevity")
     with pytest.raises(ValueError) as err:
         load_reward_function(str(rewards), "brevity")
     assert user_error(err.value) is err.value
