@@ -65,9 +65,10 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
 
     Args:
         evidence: ``{"reference": ..., "prompts": answered, "validation_prompts": of,
-            "overall": {metric: comparison}, "by_data_source": {source: {metric:
-            comparison}}}``, each comparison ``delta``, ``ci_low`` and ``ci_high`` of
-            candidate - reference; fewer prompts answered than there are is refused.
+            "trained_on_prompts": left out, "overall": {metric: comparison},
+            "by_data_source": {source: {metric: comparison}}}``, each comparison ``delta``,
+            ``ci_low`` and ``ci_high`` of candidate - reference; fewer prompts answered than
+            there are validation prompts the model was not trained on is refused.
         metric: The metric the candidate must beat the reference on (over all prompts).
         guards: ``{guard: tolerance}`` (see the module docstring).
 
@@ -110,7 +111,8 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
     answered, of = evidence.get("prompts"), evidence.get("validation_prompts")
     quick = answered is not None and of is not None and answered < of
     if quick:
-        reasons.append(f"eval answered {answered} of the {of} validation prompts "
+        unseen = " the model was not trained on" if evidence.get("trained_on_prompts") else ""
+        reasons.append(f"eval answered {answered} of the {of} validation prompts{unseen} "
                        "(eval.max_prompts, a quick check): no evidence for the gate; run eval "
                        "with eval.max_prompts unset (null)")
     promote = beats and not failed and not quick

@@ -305,10 +305,14 @@ def for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
     return trim(metrics)
 
 
-def champion_lines(trained: dict[str, Any]) -> list[str]:
-    """The report's section on the promotion gate's reference: trained - champion, paired."""
-    lines = ["## Against the champion (the promotion gate's reference)", "",
-             "| metric | delta | 95% interval |", "|---|---|---|"]
+def champion_lines(trained: dict[str, Any], left_out: int = 0) -> list[str]:
+    """The report's section on the promotion gate's reference: trained - champion, paired
+    (``left_out``: the prompts left out because the champion was trained on them)."""
+    lines = ["## Against the champion (the promotion gate's reference)", ""]
+    if left_out:
+        lines += [f"On the prompts the champion was not trained on: {left_out} of them it "
+                  "was trained on are left out.", ""]
+    lines += ["| metric | delta | 95% interval |", "|---|---|---|"]
     for metric, c in trained.get("vs_champion", {}).items():
         if isinstance(c, dict) and "ci_low" in c:
             lines.append(f"| {_name(metric)} | {c['delta']:+.3f} | {_interval(c)} |")

@@ -26,6 +26,7 @@ from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import MergeParams
 from rl_pipeline.runs.debris import work_dir
 from rl_pipeline.runs.jsonfile import read_object
+from rl_pipeline.trained_questions import FILE as TRAINED_QUESTIONS
 from rl_pipeline.training_result import RECORD, TrainingResult
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ def make_standalone_model(training_result: str, base_model: str, params: MergePa
                     "kind": result.kind, "engine": result.engine, "checkpoint": result.source,
                     "export_checks": result.checks, "training_run": result.run, **metadata}
         (work / MERGE_METADATA).write_text(json.dumps(metadata, indent=2))
+        # The questions it was trained on travel with the model: eval leaves them out.
+        if (Path(training_result) / TRAINED_QUESTIONS).is_file():
+            shutil.copy2(Path(training_result) / TRAINED_QUESTIONS, work / TRAINED_QUESTIONS)
         # Every file as verified, so a later stage can tell this model from a changed one.
         write_manifest(work)
     except BaseException:

@@ -4,6 +4,7 @@ difference is distinguishable from noise, names the decoding, and the chart has 
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from matplotlib.container import ErrorbarContainer
 
 from rl_pipeline.evaluation.generate import Generation
@@ -71,3 +72,18 @@ def test_the_trained_model_is_compared_with_the_champion_on_the_same_prompts() -
     assert metrics["champion"]["mean_reward"] == 0.625
     assert "## Against the champion (the promotion gate's reference)" in report
     assert "| mean_reward (headline) | +0.250 | [+0.125, +0.4062] |" in report
+
+
+def test_the_champion_is_compared_only_where_it_was_not_trained() -> None:
+    # The champion trained on the first 8 questions: evaluate_champion answered the other 24,
+    # at their positions among the prompts.
+    champion = _scored(range(0, 20), "champion")
+    champion = champion[champion["prompt_index"] >= 8]
+    _, _, metrics, _, report, _ = summarize_eval(
+        _scored(range(0, 8), "base"), _scored(range(0, 28), "trained"), champion, GREEDY,
+        DataParams(), RewardParams())
+    # On prompts 8-31: the trained model right on 20, the champion on 12.
+    compared = metrics["trained"]["vs_champion"]["mean_reward"]
+    assert compared["delta"] == pytest.approx(8 / 24) and compared["prompts"] == 24
+    assert metrics["trained"]["vs_base"]["mean_reward"]["prompts"] == 32
+    assert "8 of them it was trained on are left out" in report

@@ -23,6 +23,7 @@ from rl_pipeline.params import (
     resolve_followers,
 )
 from rl_pipeline.pipelines.eval import create_pipeline
+from rl_pipeline.trained_questions import write_trained_questions
 from tests.catalogs import KeptDataset
 from tests.conftest import read_gsm8k
 
@@ -91,7 +92,13 @@ def trained_model(tmp_path, tokenizer) -> Path:
 
 
 def test_base_and_trained_side_by_side(tiny_model_dir, trained_model, data_params) -> None:
+    # It was trained on the first validation question (a data_prep rerun since made a new
+    # split): eval compares the two models on the next three, which it has not seen.
+    write_trained_questions(trained_model, _val_prompts().head(1))
     outputs, _ = _run(tiny_model_dir, trained_model, data_params)
+    asked = " ".join(outputs["eval_generations"].load()["prompt"])
+    questions = [extra["question"] for extra in _val_prompts()["extra_info"]]
+    assert [q in asked for q in questions] == [False, True, True, True, False]
     metrics = outputs["eval_metrics"].load()
     assert list(metrics) == ["base", "trained"]
     for label in metrics:

@@ -15,7 +15,14 @@ from transformers import AutoModelForCausalLM
 from rl_pipeline.datasets.model_folder import ModelFolderDataset
 from rl_pipeline.models.resolve import resolve_model
 from rl_pipeline.testing import train_tiny_lora
+from rl_pipeline.trained_questions import FILE as TRAINED_QUESTIONS
+from rl_pipeline.trained_questions import (
+    question_digests,
+    read_trained_questions,
+    write_trained_questions,
+)
 from rl_pipeline.training_result import TrainingResult
+from tests.conftest import gsm8k_prompts
 from tests.projects import kedro_run, make_project, mlflow_runs
 
 pytestmark = pytest.mark.slow
@@ -27,6 +34,7 @@ def _stage_adapter(project: Path, adapter: Path) -> None:
     staged = project / "adapter_copy"
     shutil.copytree(adapter, staged)
     TrainingResult(kind="peft_adapter", engine="trl", run={"steps": 1}).write(staged)
+    write_trained_questions(staged, gsm8k_prompts(3))
     ModelFolderDataset(path=str(project / "data/06_models/training_result"),
                        version=Version(None, None)).save(str(staged))
 
@@ -71,3 +79,6 @@ def test_merge_run_writes_a_verified_model_and_logs_it(tiny_model_dir, tmp_path)
     assert (merged / "README.md").read_text().startswith("---\nbase_model: ")
     metadata = json.loads((merged / "merge_metadata.json").read_text())
     assert metadata["verification"]["passed"] and metadata["adapter"].endswith("training_result")
+    # The questions it was trained on, with the model and under its manifest.
+    assert read_trained_questions(merged) == set(question_digests(gsm8k_prompts(3)))
+    assert TRAINED_QUESTIONS in (merged / "SHA256SUMS").read_text()

@@ -242,3 +242,61 @@ def test_a_quick_check_eval_on_some_prompts_is_no_evidence_for_the_gate(
     evaluated(200)  # eval on every prompt: the gate decides again
     assert _promote()["promoted"] is True
     assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number
+
+
+def test_the_champion_answers_only_the_questions_it_was_not_trained_on(
+        store, tiny_model_dir, data_params) -> None:
+    """A champion trained on questions that a later data_prep made validation prompts would
+    be compared where it has seen the answers: the gate's reference, flattered."""
+    from rl_pipeline.params import DataParams, EvalParams, RewardParams, resolve_followers
+    from rl_pipeline.pipelines.eval.nodes import evaluate_champion
+    from rl_pipeline.trained_questions import write_trained_questions
+    from tests.conftest import gsm8k_prompts
+
+    prompts = gsm8k_prompts(4)
+    champion_folder = store / "champion"
+    shutil.copytree(tiny_model_dir, champion_folder)
+    write_trained_questions(champion_folder, prompts.iloc[[0, 2]])
+    write_manifest(champion_folder)
+    with mlflow.start_run(run_name="merge"):
+        number = publish_merged_model(str(champion_folder), METADATA, PARAMS)["version"]
+    model_registry.client().set_registered_model_alias(NAME, model_registry.CHAMPION, number)
+    candidate, _ = _published(tiny_model_dir, store, 2)
+    groups = resolve_followers({"eval": EvalParams(backend="hf", greedy=True),
+                                "data": DataParams.model_validate(data_params),
+                                "reward": RewardParams()})
+    frame, champion = evaluate_champion(prompts, str(candidate), PARAMS, PromoteParams(),
+                                        groups["eval"], groups["data"], groups["reward"], None)
+    assert (champion["version"], champion["prompts"], champion["trained_on_prompts"]) == (
+        number, 2, 2)
+    # Its answers sit at the positions of the prompts they answer, beside the candidate's.
+    assert list(frame["prompt_index"]) == [1, 3]
+    truths = [row["ground_truth"] for row in prompts["reward_model"]]
+    assert list(frame["ground_truth"]) == [truths[1], truths[3]]
+
+
+def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eval(
+        store, tiny_model_dir) -> None:
+    """Eval leaves out the questions the model trained on: answering the rest is no quick
+    check, and the evidence says how many were left out."""
+    from rl_pipeline.pipelines.eval.nodes import record_eval
+    from rl_pipeline.trained_questions import write_trained_questions
+    from tests.conftest import gsm8k_prompts
+
+    val = gsm8k_prompts(6)
+    folder = store / "merged"
+    shutil.copytree(tiny_model_dir, folder)
+    write_trained_questions(folder, val.head(2))
+    write_manifest(folder)
+    with mlflow.start_run(run_name="merge"):
+        publish_merged_model(str(folder), METADATA, PARAMS)
+    trained = {"mean_reward": 0.6, "prompts": 4,
+               "verdict": {"verdict": "learned", "reasons": ["up"]},
+               "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
+                           "truncation_rate": _c(0.0, 0.0, 0.0)}, "by_data_source": {}}
+    with mlflow.start_run(run_name="eval"):
+        record_eval({"base": {}, "trained": trained}, str(folder), {}, val, PARAMS)
+    evidence = model_registry.read_evidence(model_registry.alias(NAME, model_registry.CANDIDATE))
+    assert (evidence["prompts"], evidence["validation_prompts"],
+            evidence["trained_on_prompts"]) == (4, 4, 2)
+    assert _promote()["promoted"] is True

@@ -14,6 +14,7 @@ from rl_pipeline.engines.run_identity import CheckpointRoot
 from rl_pipeline.params import MergeParams, RegistryParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
+from rl_pipeline.trained_questions import question_digests, read_trained_questions
 from rl_pipeline.training_result import RECORD, TrainingResult
 from tests.catalogs import KeptDataset
 from tests.conftest import train_catalog
@@ -47,6 +48,10 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
     assert (exported / "adapter_config.json").is_file()
     result = TrainingResult.read(exported)
     assert (result.kind, result.engine, result.run["steps"]) == ("peft_adapter", "trl", 2)
+    # Which questions it trained on travels with it (eval leaves them out).
+    assert read_trained_questions(exported) == set(
+        question_digests(catalog["train_prompts"].load())) != set(
+        question_digests(catalog["val_prompts"].load()))
     # The checkpoints are in the folder of the run's identity, which preflight reported.
     folder = checkpoints / summary["identity"][:12]
     assert summary["checkpoints"] == report["checkpoints"] == str(folder)

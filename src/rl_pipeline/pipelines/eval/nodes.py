@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rl_pipeline import model_registry
+from rl_pipeline.errors import UserError
 from rl_pipeline.evaluation.examples import pick_examples
 from rl_pipeline.evaluation.generate import generate, pick_backend, sampling_settings
 from rl_pipeline.evaluation.generations_table import generations_table
@@ -36,15 +37,58 @@ from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.tracking import lineage, mlflow_metrics
+from rl_pipeline.trained_questions import trained_on
 
 logger = logging.getLogger(__name__)
 
 
-def select_eval_prompts(val_prompts: pd.DataFrame, eval_params: EvalParams) -> pd.DataFrame:
-    """The validation prompts to evaluate on: the first ``eval.max_prompts``, or all."""
-    params = eval_params
-    chosen = val_prompts if params.max_prompts is None else val_prompts.head(params.max_prompts)
+class TrainedOnError(UserError, ValueError):
+    """Every validation prompt is one a compared model was trained on: no fair comparison."""
+
+
+def select_eval_prompts(val_prompts: pd.DataFrame, merged_model: str | None,
+                        eval_params: EvalParams) -> pd.DataFrame:
+    """The validation prompts to evaluate on: those whose question the trained model was not
+    trained on (:mod:`rl_pipeline.trained_questions`), the first ``eval.max_prompts`` of
+    them, or all.
+
+    Raises:
+        TrainedOnError: When the trained model was trained on every validation question.
+    """
+    held_out = held_out_prompts(val_prompts, merged_model, "the trained model")
+    chosen = held_out if eval_params.max_prompts is None else \
+        held_out.head(eval_params.max_prompts)
     return chosen.reset_index(drop=True)
+
+
+def held_out_prompts(prompts: pd.DataFrame, model: str | None, label: str) -> pd.DataFrame:
+    """The rows of ``prompts`` whose question the model in folder ``model`` was not trained
+    on (all of them when it records none), in their order and with their index; a warning
+    names how many were left out, and the first.
+
+    Raises:
+        TrainedOnError: When no row is left.
+    """
+    if model is None:
+        return prompts
+    seen = trained_on(prompts, model)
+    if not seen.any():
+        return prompts
+    first = prompts.loc[seen].iloc[0]
+    question = (first.get("extra_info") or {}).get("question", "") \
+        if "extra_info" in prompts else ""
+    told = (f"{int(seen.sum())} of the {len(prompts)} validation prompts ask a question "
+            f"{label} ({model}) was trained on (the first: {question[:80]!r})")
+    if seen.all():
+        raise TrainedOnError(
+            f"{told}: every one, so eval has no held-out prompt to compare it on. The "
+            "validation prompts changed since that model trained (data_prep ran again with "
+            "other data, another split or data_prep.drop_train_val_overlap=false). Run "
+            "data_prep as it was when the model trained, or train on the current prompts: "
+            "kedro run --pipelines train,merge,eval")
+    logger.warning("%s: they are left out of its comparisons, which would overstate it",
+                   told)
+    return prompts.loc[~seen]
 
 
 def evaluate_base(prompts: pd.DataFrame, base_model: str, eval_params: EvalParams,
@@ -91,8 +135,14 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
     if champion is None or model_registry.is_folder(champion, merged_model):
         return pd.DataFrame(), {}
     folder = model_registry.model_folder(champion, model_registry.CHAMPION)
-    frame = _evaluate(prompts, str(folder), "champion", eval_params, data, reward, ray_address)
-    return frame, {"name": name, "version": str(champion.version), "path": str(folder)}
+    held_out = held_out_prompts(prompts, str(folder), f"the champion (version "
+                                                      f"{champion.version})")
+    frame = _evaluate(held_out.reset_index(drop=True), str(folder), "champion", eval_params,
+                      data, reward, ray_address)
+    # Back to the positions in ``prompts``, where the trained model's answers are.
+    frame["prompt_index"] = held_out.index.to_numpy()[frame["prompt_index"].to_numpy()]
+    return frame, {"name": name, "version": str(champion.version), "path": str(folder),
+                   "prompts": len(held_out), "trained_on_prompts": len(prompts) - len(held_out)}
 
 
 def summarize_eval(
@@ -126,8 +176,11 @@ def summarize_eval(
     if "trained" in frames and not champion.empty:
         # The promotion gate's reference, on the same prompts (paired).
         scores, champion_metrics = _scored(champion, params, correct)
-        _compare(metrics["trained"], "vs_champion", scores, per_prompt["trained"], params)
-        report += "\n" + "\n".join(champion_lines(metrics["trained"])) + "\n"
+        # Only where the champion was not trained on the question (evaluate_champion).
+        _compare(metrics["trained"], "vs_champion", scores,
+                 per_prompt["trained"].loc[scores.index], params)
+        left_out = len(per_prompt["trained"]) - len(scores)
+        report += "\n" + "\n".join(champion_lines(metrics["trained"], left_out)) + "\n"
         metrics["champion"] = champion_metrics
     for label, values in metrics.items():
         logger.info("%s: mean reward %.3f (headline), strict %s, flexible %s, strict format "
@@ -172,8 +225,12 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
         return {"recorded": False, "path": str(folder)}
     key = "vs_champion" if champion_model.get("version") else "vs_base"
     reference = f"champion:{champion_model['version']}" if key == "vs_champion" else "base"
+    # The validation prompts eval could use: those the model was not trained on.
+    held_out = int((~trained_on(val_prompts, folder)).sum())
     evidence = {"reference": reference, "prompts": int(trained["prompts"]),
-                "validation_prompts": len(val_prompts), "overall": _comparisons(trained[key]),
+                "validation_prompts": held_out,
+                "trained_on_prompts": len(val_prompts) - held_out,
+                "overall": _comparisons(trained[key]),
                 "by_data_source": {source: _comparisons(values[key])
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}

@@ -29,6 +29,7 @@ from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
 from rl_pipeline.tracking import mlflow_metrics
+from rl_pipeline.trained_questions import write_trained_questions
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         # The model was trained on prompts made with these: its card tells its users.
         "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs)})
     exported = engine.export(result, Path(model_work_dir))
+    # Carried into the merged model, so that eval never scores it on what it trained on.
+    write_trained_questions(exported, train_prompts)
     prune(root, folder)
     numbers = {k: result.summary[k] for k in ("steps", "seconds", "resumed_from_step")}
     if plan.get("forecast", {}).get("step_s") and not complete:
