@@ -247,8 +247,10 @@ def _fmt(value: Any) -> str:
 
 
 def report_settings(params: EvalParams, shared: DataParams, reward: RewardParams,
-                    base: dict[str, Any]) -> dict[str, Any]:
-    """What the report names: back end, decoding, the headline, k, intervals."""
+                    base: dict[str, Any], selection: dict[str, int] | None = None,
+                    ) -> dict[str, Any]:
+    """What the report names: back end, decoding, the prompts (of the validation prompts,
+    as ``selection`` says they were chosen), the headline, k, intervals."""
     sampling = sampling_settings(params, shared)
     n = sampling.samples
     if params.greedy:
@@ -268,7 +270,7 @@ def report_settings(params: EvalParams, shared: DataParams, reward: RewardParams
         "backend": pick_backend(params.backend),
         "decoding": decoding,
         "max new tokens": sampling.max_new_tokens,
-        "prompts": f"{base['prompts']} ({sources})",
+        "prompts": f"{base['prompts']} ({sources}){_chosen(selection)}",
         "headline": f"the reward `{fn.name}`{f' from {fn.path}' if fn.path else ''} (the reward "
         "group's function, as in training, by data_source), mean@n over samples; a sample "
         "is correct for pass@k and maj@k when its reward is at least "
@@ -303,6 +305,20 @@ def for_mlflow(metrics: dict[str, Any]) -> dict[str, Any]:
         return out
 
     return trim(metrics)
+
+
+def _chosen(selection: dict[str, int] | None) -> str:
+    """Which of the validation prompts were evaluated, when not all of them."""
+    if not selection or selection["evaluated"] == selection["validation_prompts"]:
+        return ""
+    of, left_out = selection["validation_prompts"], selection["trained_on_prompts"]
+    parts = [f" of the {of} validation prompts"]
+    if left_out:
+        parts.append(f"; {left_out} left out because the trained model was trained on them")
+    if selection["evaluated"] < of - left_out:
+        parts.append("; eval.max_prompts cut the rest: a quick check, no evidence for the "
+                     "promotion gate")
+    return "".join(parts)
 
 
 def champion_lines(trained: dict[str, Any], left_out: int = 0) -> list[str]:

@@ -120,6 +120,8 @@ def test_base_and_trained_side_by_side(tiny_model_dir, trained_model, data_param
     assert "trained/vs_base/mean_reward/ci_low" in mlflow_metrics
     assert "trained/vs_base/mean_reward/sd_diff" not in mlflow_metrics  # kept in the JSON
     report = outputs["eval_report"].load()
+    assert ("3 (openai/gsm8k 3) of the 5 validation prompts; 1 left out because the trained "
+            "model was trained on them; eval.max_prompts cut the rest") in report
     assert "| metric | base | trained | delta |" in report
     for text in ("## Is the difference real?", "## Headline by data source",
                  "skipped k = 4: more than the 2 samples per prompt",

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import mlflow
-import pandas as pd
 import pytest
 
 from rl_pipeline import model_registry
@@ -201,7 +200,8 @@ def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_
                    "mean_reward": 0.6, "vs_base": {"mean_reward": _c(0.2, 0.1, 0.3)}}}}
     with mlflow.start_run(run_name="eval") as run:
         out = record_eval({"base": {}, "trained": trained}, str(folder), {},
-                          pd.DataFrame({"prompt": range(5)}), PARAMS)
+                          {"validation_prompts": 5, "trained_on_prompts": 0, "evaluated": 5},
+                          PARAMS)
     assert out == {"recorded": True, "name": NAME, "version": number, "reference": "base"}
     version = model_registry.alias(NAME, model_registry.CANDIDATE)
     assert str(version.version) == number
@@ -220,16 +220,16 @@ def test_a_quick_check_eval_on_some_prompts_is_no_evidence_for_the_gate(
     from rl_pipeline.pipelines.eval.nodes import record_eval
 
     folder, number = _published(tiny_model_dir, store, 1)
-    val = pd.DataFrame({"prompt": range(200)})
 
     def evaluated(prompts: int) -> None:
+        selection = {"validation_prompts": 200, "trained_on_prompts": 0, "evaluated": prompts}
         trained = {"mean_reward": 0.6, "prompts": prompts,
                    "verdict": {"verdict": "learned", "reasons": ["up"]},
                    "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
                                "truncation_rate": _c(0.0, 0.0, 0.0)},
                    "by_data_source": {}}
         with mlflow.start_run(run_name="eval"):
-            record_eval({"base": {}, "trained": trained}, str(folder), {}, val, PARAMS)
+            record_eval({"base": {}, "trained": trained}, str(folder), {}, selection, PARAMS)
 
     evaluated(20)
     refused = _promote()
@@ -279,7 +279,8 @@ def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eva
         store, tiny_model_dir) -> None:
     """Eval leaves out the questions the model trained on: answering the rest is no quick
     check, and the evidence says how many were left out."""
-    from rl_pipeline.pipelines.eval.nodes import record_eval
+    from rl_pipeline.params import EvalParams
+    from rl_pipeline.pipelines.eval.nodes import record_eval, select_eval_prompts
     from rl_pipeline.trained_questions import write_trained_questions
     from tests.conftest import gsm8k_prompts
 
@@ -294,8 +295,10 @@ def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eva
                "verdict": {"verdict": "learned", "reasons": ["up"]},
                "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
                            "truncation_rate": _c(0.0, 0.0, 0.0)}, "by_data_source": {}}
+    prompts, selection = select_eval_prompts(val, str(folder), EvalParams())
+    assert len(prompts) == 4
     with mlflow.start_run(run_name="eval"):
-        record_eval({"base": {}, "trained": trained}, str(folder), {}, val, PARAMS)
+        record_eval({"base": {}, "trained": trained}, str(folder), {}, selection, PARAMS)
     evidence = model_registry.read_evidence(model_registry.alias(NAME, model_registry.CANDIDATE))
     assert (evidence["prompts"], evidence["validation_prompts"],
             evidence["trained_on_prompts"]) == (4, 4, 2)

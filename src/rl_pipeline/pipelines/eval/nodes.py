@@ -47,10 +47,14 @@ class TrainedOnError(UserError, ValueError):
 
 
 def select_eval_prompts(val_prompts: pd.DataFrame, merged_model: str | None,
-                        eval_params: EvalParams) -> pd.DataFrame:
+                        eval_params: EvalParams) -> tuple[pd.DataFrame, dict[str, int]]:
     """The validation prompts to evaluate on: those whose question the trained model was not
     trained on (:mod:`rl_pipeline.trained_questions`), the first ``eval.max_prompts`` of
     them, or all.
+
+    Returns:
+        The prompts, and how they were chosen (``eval_selection``): ``validation_prompts``,
+        ``trained_on_prompts`` (left out) and ``evaluated``.
 
     Raises:
         TrainedOnError: When the trained model was trained on every validation question.
@@ -58,7 +62,9 @@ def select_eval_prompts(val_prompts: pd.DataFrame, merged_model: str | None,
     held_out = held_out_prompts(val_prompts, merged_model, "the trained model")
     chosen = held_out if eval_params.max_prompts is None else \
         held_out.head(eval_params.max_prompts)
-    return chosen.reset_index(drop=True)
+    return chosen.reset_index(drop=True), {
+        "validation_prompts": len(val_prompts),
+        "trained_on_prompts": len(val_prompts) - len(held_out), "evaluated": len(chosen)}
 
 
 def held_out_prompts(prompts: pd.DataFrame, model: str | None, label: str) -> pd.DataFrame:
@@ -148,6 +154,7 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
 def summarize_eval(
     base: pd.DataFrame, trained: pd.DataFrame, champion: pd.DataFrame,
     eval_params: EvalParams, data: DataParams, reward: RewardParams,
+    selection: dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], dict[str, dict[str, float]], str,
            Figure]:
     """Metrics per model, side by side, and the trained model's differences with intervals.
@@ -157,6 +164,8 @@ def summarize_eval(
         base and trained side by side, for MLflow's table view), ``eval_metrics`` (one object
         per model label; the trained one's ``vs_base`` holds the paired comparisons), the
         same metrics for MLflow (``base/mean_reward``, ...), the Markdown report and the chart.
+        The report says which of the validation prompts were evaluated (``selection``, from
+        :func:`select_eval_prompts`).
     """
     params = eval_params
     frames = {label: frame for label, frame in (("base", base), ("trained", trained))
@@ -171,8 +180,8 @@ def summarize_eval(
                  params)
         metrics["trained"]["verdict"] = eval_verdict(metrics["trained"]).as_dict()
         examples = pick_examples(frames["base"], frames["trained"], correct)
-    report = markdown_report(metrics, report_settings(params, data, reward, metrics["base"]),
-                             examples)
+    report = markdown_report(
+        metrics, report_settings(params, data, reward, metrics["base"], selection), examples)
     if "trained" in frames and not champion.empty:
         # The promotion gate's reference, on the same prompts (paired).
         scores, champion_metrics = _scored(champion, params, correct)
@@ -199,7 +208,7 @@ def summarize_eval(
 
 
 def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
-                champion_model: dict[str, Any], val_prompts: pd.DataFrame,
+                champion_model: dict[str, Any], eval_selection: dict[str, int],
                 registry_params: RegistryParams) -> dict[str, Any]:
     """Add eval's results to the registered version of the model evaluated and point the
     alias ``candidate`` at it. The model folder is not touched: it stays as merge published
@@ -225,12 +234,11 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
         return {"recorded": False, "path": str(folder)}
     key = "vs_champion" if champion_model.get("version") else "vs_base"
     reference = f"champion:{champion_model['version']}" if key == "vs_champion" else "base"
-    # The validation prompts eval could use: those the model was not trained on.
-    held_out = int((~trained_on(val_prompts, folder)).sum())
+    # Of the validation prompts, those eval could use: the ones the model was not trained on.
+    left_out = eval_selection["trained_on_prompts"]
     evidence = {"reference": reference, "prompts": int(trained["prompts"]),
-                "validation_prompts": held_out,
-                "trained_on_prompts": len(val_prompts) - held_out,
-                "overall": _comparisons(trained[key]),
+                "validation_prompts": eval_selection["validation_prompts"] - left_out,
+                "trained_on_prompts": left_out, "overall": _comparisons(trained[key]),
                 "by_data_source": {source: _comparisons(values[key])
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}

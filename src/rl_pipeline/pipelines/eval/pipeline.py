@@ -20,7 +20,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         Node(
             func=select_eval_prompts,
             inputs=["val_prompts", "merged_model", "params:eval"],
-            outputs="eval_prompts",
+            outputs=["eval_prompts", "eval_selection"],
             name="select_eval_prompts_node",
         ),
         Node(
@@ -45,14 +45,14 @@ def create_pipeline(**kwargs) -> Pipeline:
         Node(
             func=summarize_eval,
             inputs=["base_scored", "trained_scored", "champion_scored", "params:eval",
-                    "params:data", "params:reward"],
+                    "params:data", "params:reward", "eval_selection"],
             outputs=["eval_generations", "eval_generations_table", "eval_metrics",
                      "eval_metrics_mlflow", "eval_report", "eval_chart"],
             name="summarize_eval_node",
         ),
         Node(
             func=record_eval,
-            inputs=["eval_metrics", "merged_model", "champion_model", "val_prompts",
+            inputs=["eval_metrics", "merged_model", "champion_model", "eval_selection",
                     "params:registry"],
             outputs="eval_registry",
             name="record_eval_node",
