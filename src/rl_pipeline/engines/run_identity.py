@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.models.identity import files_sha256, model_identity
 from rl_pipeline.params import ConfigError
 from rl_pipeline.runs.jsonfile import read_object, write_object
 
@@ -30,9 +31,6 @@ logger = logging.getLogger(__name__)
 
 IDENTITY_FILE = "run_identity.json"
 SHORT = 12  # hex digits of the fingerprint in folder names and tags
-# Files that shape tokenization and the chat template, read by content.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model")
 
 
 @dataclass(frozen=True)
@@ -87,21 +85,6 @@ def _group(train: Any, engine: str) -> Any:
     if engine not in type(train).model_fields:  # a registered engine may have no group
         return None
     return getattr(train, engine).model_dump(mode="json")
-
-
-def model_identity(folder: Path) -> dict[str, Any]:
-    """A model folder by content: the weights' digest that resolving it recorded (hashing
-    gigabytes again on every run would cost minutes), else every file's; and its tokenizer."""
-    from rl_pipeline.models.resolve import METADATA_FILE
-
-    metadata = read_object(folder / METADATA_FILE)
-    out: dict[str, Any] = {"tokenizer_sha256": _files_sha256(
-        [folder / name for name in _TOKENIZER_FILES if (folder / name).is_file()])}
-    if metadata.get("weights_sha256"):
-        out.update(source=metadata.get("source"), weights_sha256=metadata["weights_sha256"])
-    else:
-        out["files_sha256"] = _files_sha256(sorted(p for p in folder.rglob("*") if p.is_file()))
-    return out
 
 
 def claim(folder: Path, identity: RunIdentity, mlflow_run_id: str | None) -> dict[str, Any]:
@@ -175,17 +158,4 @@ def _reward_file_sha256(parameter: str, path: str) -> str:
 
 
 def _file_sha256(path: Path) -> str:
-    return _files_sha256([path])
-
-
-def _files_sha256(paths: list[Path]) -> str:
-    # One digest over several files' names and contents, read in chunks: hashlib.file_digest
-    # hashes one file alone, and another scheme would change every run identity (and so
-    # every resume) computed before.
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.name.encode())
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 23):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_sha256([path])

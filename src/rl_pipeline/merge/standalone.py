@@ -22,6 +22,7 @@ from rl_pipeline.merge import MERGE_METADATA, MergeVerificationError
 from rl_pipeline.merge.lora import merge_lora, read_adapter
 from rl_pipeline.merge.verify import DEFAULT_PROBES, verify_copy, verify_merge
 from rl_pipeline.model_card import write_manifest
+from rl_pipeline.models.identity import check_trained_from
 from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import MergeParams
 from rl_pipeline.runs.debris import work_dir
@@ -68,10 +69,15 @@ def make_standalone_model(training_result: str, base_model: str, params: MergePa
 
     Raises:
         TrainingResultError: If the folder or its record is not a training result.
+        BaseModelMismatchError: If it was trained from another base model.
         AdapterError: If the adapter cannot be merged into this base (alpha 0, shapes, ...).
         MergeVerificationError: If the merged model fails verification.
     """
     result = TrainingResult.read(training_result)
+    check_trained_from(result.run.get("base_model"), base_model,
+                       f"The training result in {training_result}",
+                       "Merge would fold its adapter into (or name as its base) weights it "
+                       "was not trained from, and verify it against them.")
     # Hidden, so a crash leaves nothing that looks like a model; the caller moves it away.
     if work_root is not None:
         Path(work_root).mkdir(parents=True, exist_ok=True)

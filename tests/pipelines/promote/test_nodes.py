@@ -295,7 +295,7 @@ def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eva
                "verdict": {"verdict": "learned", "reasons": ["up"]},
                "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
                            "truncation_rate": _c(0.0, 0.0, 0.0)}, "by_data_source": {}}
-    prompts, selection = select_eval_prompts(val, str(folder), EvalParams())
+    prompts, selection = select_eval_prompts(val, str(tiny_model_dir), str(folder), EvalParams())
     assert len(prompts) == 4
     with mlflow.start_run(run_name="eval"):
         record_eval({"base": {}, "trained": trained}, str(folder), {}, selection, PARAMS)

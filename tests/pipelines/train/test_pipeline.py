@@ -11,6 +11,7 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
 from rl_pipeline.engines.run_identity import CheckpointRoot
+from rl_pipeline.models.identity import model_identity
 from rl_pipeline.params import MergeParams, RegistryParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
@@ -42,6 +43,7 @@ def test_train_with_trl_gives_what_merge_takes(tiny_model_dir, tmp_path, data_pa
     assert "per_device_train_batch_size: 8" in outputs["train_config_resolved"].load()
     summary = catalog["train_summary"].load()
     assert summary["engine"] == "trl" and summary["steps"] == 2
+    assert summary["base_model"] == model_identity(tiny_model_dir)  # merge and eval check it
     tags = outputs["train_run_tags"].load()
     assert tags["train.engine"] == "trl" and tags["train.identity"] == summary["identity"]
     exported = Path(outputs["training_result"].load())

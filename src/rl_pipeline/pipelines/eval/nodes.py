@@ -32,6 +32,7 @@ from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import MANIFEST, check_manifest
+from rl_pipeline.models.identity import check_trained_from
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.rewards.judge_server import judge_served
@@ -46,19 +47,27 @@ class TrainedOnError(UserError, ValueError):
     """Every validation prompt is one a compared model was trained on: no fair comparison."""
 
 
-def select_eval_prompts(val_prompts: pd.DataFrame, merged_model: str | None,
+def select_eval_prompts(val_prompts: pd.DataFrame, base_model: str, merged_model: str | None,
                         eval_params: EvalParams) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The validation prompts to evaluate on: those whose question the trained model was not
-    trained on (:mod:`rl_pipeline.trained_questions`), the first ``eval.max_prompts`` of
-    them, or all.
+    """What eval compares the trained model with the base model on: the validation prompts
+    whose question it was not trained on (:mod:`rl_pipeline.trained_questions`), the first
+    ``eval.max_prompts`` of them, or all; first checking that it was trained from
+    ``base_model``.
 
     Returns:
         The prompts, and how they were chosen (``eval_selection``): ``validation_prompts``,
         ``trained_on_prompts`` (left out) and ``evaluated``.
 
     Raises:
+        BaseModelMismatchError: When the trained model was trained from another base model.
         TrainedOnError: When the trained model was trained on every validation question.
     """
+    if merged_model is not None:
+        run = read_object(Path(merged_model) / MERGE_METADATA).get("training_run") or {}
+        check_trained_from(run.get("base_model"), base_model,
+                           f"The trained model in {merged_model}",
+                           "Eval would compare it with a base it did not start from, and the "
+                           "promotion gate would decide on that.")
     held_out = held_out_prompts(val_prompts, merged_model, "the trained model")
     chosen = held_out if eval_params.max_prompts is None else \
         held_out.head(eval_params.max_prompts)

@@ -19,7 +19,7 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline([
         Node(
             func=select_eval_prompts,
-            inputs=["val_prompts", "merged_model", "params:eval"],
+            inputs=["val_prompts", "base_model", "merged_model", "params:eval"],
             outputs=["eval_prompts", "eval_selection"],
             name="select_eval_prompts_node",
         ),

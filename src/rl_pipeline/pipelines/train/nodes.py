@@ -91,7 +91,9 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         # A complete run is only exported again: its weights are the earlier run's.
         "weights_run_id": earlier if complete else run_id,
         # The model was trained on prompts made with these: its card tells its users.
-        "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs)})
+        "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs),
+        # What it was trained from: merge and eval refuse another base_model.
+        "base_model": identity.inputs["base_model"]})
     exported = engine.export(result, Path(model_work_dir))
     # Carried into the merged model, so that eval never scores it on what it trained on.
     write_trained_questions(exported, train_prompts)
