@@ -65,3 +65,8 @@ def test_a_model_trained_on_every_validation_question_is_refused(tmp_path) -> No
     with pytest.raises(TrainedOnError, match=r"2 of the 2 validation prompts .* every one, "
                                              r"so eval has no held-out prompt"):
         held_out_prompts(val, str(tmp_path), "the trained model")
+    with pytest.raises(TrainedOnError, match=r"another split or data_prep.drop_train_val_overlap"
+                                             r"=false\)\. Compare .* promote.reference=base$"):
+        held_out_prompts(val, str(tmp_path), "the champion (version 3)",
+                         "Compare the trained model with the base model instead: "
+                         "promote.reference=base")

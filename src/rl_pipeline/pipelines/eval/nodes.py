@@ -76,7 +76,12 @@ def select_eval_prompts(val_prompts: pd.DataFrame, base_model: str, merged_model
         "trained_on_prompts": len(val_prompts) - len(held_out), "evaluated": len(chosen)}
 
 
-def held_out_prompts(prompts: pd.DataFrame, model: str | None, label: str) -> pd.DataFrame:
+_RETRAIN = ("Run data_prep as it was when the model trained, or train on the current prompts: "
+            "kedro run --pipelines train,merge,eval")
+
+
+def held_out_prompts(prompts: pd.DataFrame, model: str | None, label: str,
+                     remedy: str = _RETRAIN) -> pd.DataFrame:
     """The rows of ``prompts`` whose question the model in folder ``model`` was not trained
     on (all of them when it records none), in their order and with their index; a warning
     names how many were left out, and the first.
@@ -98,9 +103,7 @@ def held_out_prompts(prompts: pd.DataFrame, model: str | None, label: str) -> pd
         raise TrainedOnError(
             f"{told}: every one, so eval has no held-out prompt to compare it on. The "
             "validation prompts changed since that model trained (data_prep ran again with "
-            "other data, another split or data_prep.drop_train_val_overlap=false). Run "
-            "data_prep as it was when the model trained, or train on the current prompts: "
-            "kedro run --pipelines train,merge,eval")
+            f"other data, another split or data_prep.drop_train_val_overlap=false). {remedy}")
     logger.warning("%s: they are left out of its comparisons, which would overstate it",
                    told)
     return prompts.loc[~seen]
@@ -151,7 +154,9 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
         return pd.DataFrame(), {}
     folder = model_registry.model_folder(champion, model_registry.CHAMPION)
     held_out = held_out_prompts(prompts, str(folder), f"the champion (version "
-                                                      f"{champion.version})")
+                                                      f"{champion.version})",
+                                "Compare the trained model with the base model instead: "
+                                "promote.reference=base")
     frame = _evaluate(held_out.reset_index(drop=True), str(folder), "champion", eval_params,
                       data, reward, ray_address)
     # Back to the positions in ``prompts``, where the trained model's answers are.
