@@ -134,3 +134,29 @@ def test_one_stage_of_the_typed_command_keeps_its_environment_and_parameters(
     assert stage_command("train") == stage
     monkeypatch.delenv(COMMAND_ENV)
     assert stage_command("train") is None  # a scheduler's task: nothing typed
+
+
+@pytest.fixture
+def kedro_logging():
+    """Kedro's logging configuration, restored after the test changes it."""
+    from kedro.framework.project import LOGGING
+
+    before = dict(LOGGING.data)
+    yield
+    LOGGING.configure(before)
+
+
+def test_plain_logs_off_a_terminal_leave_out_debug_records(kedro_logging, capfd,
+                                                          monkeypatch) -> None:
+    import logging
+
+    from rl_pipeline.cli import _plain_logs_off_a_terminal
+
+    monkeypatch.delenv("KEDRO_LOGGING_CONFIG", raising=False)
+    _plain_logs_off_a_terminal()  # stdout is captured here: no terminal
+    chatty = logging.getLogger("a_library_at_debug")
+    monkeypatch.setattr(chatty, "level", logging.DEBUG)
+    chatty.debug("Failed to send data")
+    chatty.info("worth a line")
+    out = capfd.readouterr().out
+    assert " INFO a_library_at_debug: worth a line" in out and "Failed to send" not in out

@@ -92,8 +92,10 @@ PLAIN_LOGGING: dict[str, Any] = {
     "version": 1, "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
                              "datefmt": "%Y-%m-%d %H:%M:%S"}},
+    # INFO, as Kedro's own console handler: a library's logger set to DEBUG (Kedro's
+    # telemetry plugin: "Failed to send data" on every command) stays out of the log.
     "handlers": {"plain": {"class": "logging.StreamHandler", "formatter": "plain",
-                           "stream": "ext://sys.__stdout__"}},
+                           "level": "INFO", "stream": "ext://sys.__stdout__"}},
     "root": {"handlers": ["plain"]},
 }
 
