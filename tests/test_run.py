@@ -284,6 +284,8 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert run_tags(runs, "merge")["source.train_prompts_version"] == saved
     assert run_tags(runs, "eval")["dataset.loaded.merged_model"] == \
         run_tags(runs, "merge")["dataset.saved.merged_model"]
+    # Versioned datasets only: a report the catalog does not version has no version tag.
+    assert "dataset.saved.data_prep_report" not in run_tags(runs, "data_prep")
     prep, train, merge, evaluation, promotion = runs
     assert prep.data.metrics["data_prep.rows_out.val"] == 200  # conf/cpu's held-out additions
     assert prep.data.metrics["data_prep.reward_self_test.rl_pipeline/arithmetic.gold_correct"] \

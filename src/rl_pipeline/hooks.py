@@ -340,4 +340,5 @@ class LineageHook:
                 version = getattr(dataset, resolve)()
             except DatasetError:  # an optional input with no version yet (merged_model)
                 version = "none"
-            mlflow.set_tag(f"dataset.{action}.{name}", version)
+            if version is not None:  # None: a versionable type the catalog does not version
+                mlflow.set_tag(f"dataset.{action}.{name}", version)

@@ -114,3 +114,24 @@ def test_a_gate_metric_eval_will_not_compare_is_named_with_those_it_will() -> No
     assert problems[1].startswith("promote.guards.truncaton_rate: eval compares ")
     assert problems[2].startswith("promote.guards.openai/gsm8k:strict_acc: eval compares ")
     assert unknown_gate_metrics("pass_at_4", {}, 4, [1, 4]) == []
+
+
+def test_a_headline_gain_eval_calls_reward_hacking_is_refused_with_guards_flat() -> None:
+    """Format farming: the reward up, no correctness metric up, no degeneration rate up.
+    The gate's metric and guards all pass; eval's verdict against the base does not."""
+    from rl_pipeline.evaluation.metrics import DEGENERATION
+    from rl_pipeline.evaluation.verdict import GSM8K_CORRECTNESS, decide
+
+    compared = {"mean_reward": _c(0.08, 0.05, 0.11),
+                **{m: _c(0.0, -0.03, 0.03) for m in GSM8K_CORRECTNESS},
+                **{m: _c(0.0, 0.0, 0.0) for m in DEGENERATION}}
+    verdict = decide(compared, GSM8K_CORRECTNESS).verdict
+    assert verdict == "reward hacking suspected"
+    guards = {m: 0.0 for m in DEGENERATION}
+    evidence = {**_evidence(**compared), "reference": "base"}
+    assert decide_promotion(evidence, "mean_reward", guards).promote  # before the verdict
+    refused = decide_promotion({**evidence, "verdict": verdict}, "mean_reward", guards)
+    assert not refused.promote and refused.reasons[-1] == (
+        "eval's verdict against the base model: reward hacking suspected; the gate promotes "
+        "no such model (the eval report says why)")
+    assert decide_promotion({**evidence, "verdict": "learned"}, "mean_reward", guards).promote

@@ -48,13 +48,15 @@ class Hygiene:
     train_val_overlap: int
     val_source: str
     val_split_off: int = 0  # train rows moved to val when there is no validation input
+    train_source: str = ""  # where the training records came from (RawRecords.source)
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in,
                 "dropped": {s: dict(c) for s, c in self.dropped.items()},
                 "bad_records": self.bad_records, "filtered_rows": self.filtered_rows,
                 "train_val_overlap": self.train_val_overlap,
-                "val_source": self.val_source, "val_split_off": self.val_split_off}
+                "train_source": self.train_source, "val_source": self.val_source,
+                "val_split_off": self.val_split_off}
 
 
 @dataclass
@@ -142,7 +144,7 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
     return frames["train"], frames["val"], Hygiene(
         rows_in=rows_in, dropped=dropped, bad_records=[b.describe() for b in skipped],
         filtered_rows=filtered_rows, train_val_overlap=n_overlap, val_source=val_source,
-        val_split_off=split_off)
+        val_split_off=split_off, train_source=raw_train.source)
 
 
 def fit_split(work: pd.DataFrame, split: str, tokenizer: PreTrainedTokenizerBase,

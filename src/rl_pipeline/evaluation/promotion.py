@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.evaluation.metrics import DEGENERATION, comparable_metrics
+from rl_pipeline.evaluation.verdict import HACKING, WORSE
 
 # Metrics for which higher is worse.
 LOWER_IS_BETTER = (*DEGENERATION, "mean_response_tokens")
@@ -59,16 +60,22 @@ def guard_comparison(evidence: dict[str, Any], guard: str) -> dict[str, float] |
     return evidence.get("overall", {}).get(metric)
 
 
+# Eval's verdicts that refuse a candidate whatever it beats.
+REFUSED_VERDICTS = (HACKING, WORSE)
+
+
 def decide_promotion(evidence: dict[str, Any], metric: str,
                      guards: dict[str, float]) -> Decision:
     """The gate's decision on eval's evidence.
 
     Args:
         evidence: ``{"reference": ..., "prompts": answered, "validation_prompts": of,
-            "trained_on_prompts": left out, "overall": {metric: comparison},
-            "by_data_source": {source: {metric: comparison}}}``, each comparison ``delta``,
-            ``ci_low`` and ``ci_high`` of candidate - reference; fewer prompts answered than
-            there are validation prompts the model was not trained on is refused.
+            "trained_on_prompts": left out, "verdict": eval's verdict against the base
+            model, "overall": {metric: comparison}, "by_data_source": {source: {metric:
+            comparison}}}``, each comparison ``delta``, ``ci_low`` and ``ci_high`` of
+            candidate - reference; fewer prompts answered than there are validation prompts
+            the model was not trained on is refused, and so is a verdict in
+            :data:`REFUSED_VERDICTS`.
         metric: The metric the candidate must beat the reference on (over all prompts).
         guards: ``{guard: tolerance}`` (see the module docstring).
 
@@ -107,6 +114,14 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
             failed.append(guard)
         reasons.append(f"guard {guard}: {_change(comparison)} ({rule}): "
                        + ("worse beyond its tolerance" if worse else "within"))
+    # The gate's metric and guards against the reference do not see what the verdict
+    # against the base model does: a headline up while no correctness metric is (format
+    # farming) is "reward hacking suspected", with every degeneration rate flat.
+    verdict = evidence.get("verdict")  # evidence recorded before it: not known
+    suspect = verdict in REFUSED_VERDICTS
+    if suspect:
+        reasons.append(f"eval's verdict against the base model: {verdict}; the gate promotes "
+                       "no such model (the eval report says why)")
     # Evidence recorded before eval counted its prompts answered every one of them.
     answered, of = evidence.get("prompts"), evidence.get("validation_prompts")
     quick = answered is not None and of is not None and answered < of
@@ -115,7 +130,7 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
         reasons.append(f"eval answered {answered} of the {of} validation prompts{unseen} "
                        "(eval.max_prompts, a quick check): no evidence for the gate; run eval "
                        "with eval.max_prompts unset (null)")
-    promote = beats and not failed and not quick
+    promote = beats and not failed and not quick and not suspect
     return Decision(promote, reasons, used)
 
 

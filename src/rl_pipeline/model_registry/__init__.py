@@ -17,9 +17,11 @@ eval's results on them (:mod:`.versions`), and the promote stage's gate
 from rl_pipeline.model_registry.names import (
     CANDIDATE,
     CHAMPION,
+    EVAL_RUN_TAG,
     EVIDENCE_FILE,
     PATH_TAG,
     PROMOTED_TAG,
+    QUICK_CHECK_TAG,
     REASONS_TAG,
     REFUSED_TAG,
     TAG_LIMIT,
@@ -40,8 +42,8 @@ from rl_pipeline.model_registry.versions import (
 )
 
 __all__ = [
-    "CANDIDATE", "CHAMPION", "EVIDENCE_FILE", "PATH_TAG", "PROMOTED_TAG", "REASONS_TAG",
-    "REFUSED_TAG", "TAG_LIMIT", "RegistryError", "alias", "client", "is_folder", "model_folder",
-    "promote_candidate", "read_evidence", "record_eval", "register_merged_model", "tag_value",
-    "version_for_folder", "version_tags",
+    "CANDIDATE", "CHAMPION", "EVAL_RUN_TAG", "EVIDENCE_FILE", "PATH_TAG", "PROMOTED_TAG",
+    "QUICK_CHECK_TAG", "REASONS_TAG", "REFUSED_TAG", "TAG_LIMIT", "RegistryError", "alias",
+    "client", "is_folder", "model_folder", "promote_candidate", "read_evidence", "record_eval",
+    "register_merged_model", "tag_value", "version_for_folder", "version_tags",
 ]

@@ -16,6 +16,7 @@ REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused
 PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted over
 REASONS_TAG = "promote.reasons"
 EVAL_RUN_TAG = "eval.run_id"  # the eval run whose evidence a version carries
+QUICK_CHECK_TAG = "eval.quick_check"  # "true": that eval answered some prompts only
 TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
 
 

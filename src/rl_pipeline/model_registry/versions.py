@@ -12,6 +12,7 @@ from rl_pipeline.model_registry.names import (
     EVAL_RUN_TAG,
     EVIDENCE_FILE,
     PATH_TAG,
+    REASONS_TAG,
     REFUSED_TAG,
     RegistryError,
     tag_value,
@@ -182,9 +183,12 @@ def record_eval(name: str, version: Any, results: dict[str, str],
     for key, value in {**results, EVAL_RUN_TAG: eval_run_id or "unknown",
                        "eval.reference": evidence["reference"]}.items():
         registry.set_model_version_tag(name, version.version, key, tag_value(value))
-    # New evidence: an earlier refusal was about the old one, so the gate decides again.
+    # New evidence: an earlier refusal, and its reasons, were about the old one, so the
+    # gate decides again.
     if REFUSED_TAG in version.tags:
-        registry.delete_model_version_tag(name, version.version, REFUSED_TAG)
+        for tag in (REFUSED_TAG, REASONS_TAG):
+            if tag in version.tags:
+                registry.delete_model_version_tag(name, version.version, tag)
     registry.set_registered_model_alias(name, CANDIDATE, version.version)
     logger.info("%s version %s: eval results recorded, alias %s", name, version.version,
                 CANDIDATE)

@@ -77,6 +77,8 @@ def test_no_validation_input_splits_a_seeded_fraction_off_train(gsm_files, token
     assert (len(first[0]), len(first[1])) == (40, 10)
     assert list(first[1]["extra_info"]) == list(again[1]["extra_info"])
     assert first[2]["val_source"].startswith("split from train")
+    # Where the records came from, and how many became validation, for a reviewer.
+    assert first[2]["train_source"] == str(gsm_files[0]) and first[2]["val_split_off"] == 10
     questions = {e["question"] for e in first[0]["extra_info"]}
     assert questions.isdisjoint(e["question"] for e in first[1]["extra_info"])
 

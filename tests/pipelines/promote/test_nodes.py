@@ -214,34 +214,55 @@ def test_eval_records_its_results_on_the_version_and_leaves_the_model_folder_as_
     check_manifest(folder)
 
 
-def test_a_quick_check_eval_on_some_prompts_is_no_evidence_for_the_gate(
+def test_a_quick_check_is_no_evidence_and_never_replaces_a_full_evals(
         store, tiny_model_dir) -> None:
-    """eval.max_prompts=20 is a quick check: its interval above 0 made a champion."""
+    """eval.max_prompts=20 is a quick check: its interval above 0 made a champion, and a
+    later 8-prompt check overwrote a champion's own evidence with "no change"."""
     from rl_pipeline.pipelines.eval.nodes import record_eval
 
     folder, number = _published(tiny_model_dir, store, 1)
 
-    def evaluated(prompts: int) -> None:
+    def evaluated(prompts: int, gain: dict[str, float]) -> dict:
         selection = {"validation_prompts": 200, "trained_on_prompts": 0, "evaluated": prompts}
         trained = {"mean_reward": 0.6, "prompts": prompts,
                    "verdict": {"verdict": "learned", "reasons": ["up"]},
-                   "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),
-                               "truncation_rate": _c(0.0, 0.0, 0.0)},
+                   "vs_base": {"mean_reward": gain, "truncation_rate": _c(0.0, 0.0, 0.0)},
                    "by_data_source": {}}
         with mlflow.start_run(run_name="eval"):
-            record_eval({"base": {}, "trained": trained}, str(folder), {}, selection, PARAMS)
+            return record_eval({"base": {}, "trained": trained}, str(folder), {}, selection,
+                               PARAMS)
 
-    evaluated(20)
+    # On a version no full eval has recorded on: recorded, marked, and refused by the gate.
+    assert evaluated(20, _c(0.25, 0.05, 0.45))["recorded"]
+    candidate = model_registry.alias(NAME, model_registry.CANDIDATE)
+    assert candidate.tags[model_registry.QUICK_CHECK_TAG] == "true"
     refused = _promote()
     assert refused["promoted"] is False and refused["reasons"][-1] == (
         "eval answered 20 of the 200 validation prompts (eval.max_prompts, a quick check): "
         "no evidence for the gate; run eval with eval.max_prompts unset (null)")
-    assert refused["reasons"][0] == ("mean_reward: +0.25 [+0.05, +0.45] vs base: up beyond "
-                                     "the paired 95% interval")
-    assert model_registry.alias(NAME, model_registry.CHAMPION) is None
-    evaluated(200)  # eval on every prompt: the gate decides again
+    assert evaluated(200, _c(0.25, 0.15, 0.35))["recorded"]  # every prompt: evidence
     assert _promote()["promoted"] is True
-    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number
+    champion = model_registry.alias(NAME, model_registry.CHAMPION)
+    assert str(champion.version) == number
+    assert champion.tags[model_registry.QUICK_CHECK_TAG] == "false"
+    # The daily quick check of the champion: in its eval run, not on the version.
+    assert evaluated(8, _c(0.0, -0.25, 0.25)) == {"recorded": False, "reason": "quick check",
+                                                  "version": number}
+    after = model_registry.alias(NAME, model_registry.CHAMPION)
+    assert after.tags == champion.tags
+    assert model_registry.read_evidence(after)["overall"]["mean_reward"] == _c(0.25, 0.15, 0.35)
+
+
+def test_new_evidence_clears_a_refusal_and_its_reasons(store, tiny_model_dir) -> None:
+    _, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.05, -0.05, 0.15))
+    assert _promote()["promoted"] is False
+    refused = model_registry.alias(NAME, model_registry.CANDIDATE)
+    assert {model_registry.REFUSED_TAG, model_registry.REASONS_TAG} <= set(refused.tags)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3))  # evaluated again
+    again = model_registry.alias(NAME, model_registry.CANDIDATE)
+    assert not {model_registry.REFUSED_TAG, model_registry.REASONS_TAG} & set(again.tags)
+    assert _promote()["promoted"] is True
 
 
 def test_the_champion_answers_only_the_questions_it_was_not_trained_on(

@@ -230,7 +230,13 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
 
     The gate's evidence is the comparison with the reference on the same prompts: the
     champion evaluated here, else the base model; with how many of the validation prompts
-    eval answered (``eval.max_prompts`` makes a quick check, which the gate refuses).
+    eval answered, and eval's verdict against the base model.
+
+    A quick check (``eval.max_prompts`` below the validation prompts it could use) is
+    recorded, tagged ``eval.quick_check``, only on a version no full eval has recorded
+    results on: it is no evidence (the gate refuses it), and it never replaces the evidence
+    of a full eval (a champion's own tags said "no change" after an 8-prompt check). Its
+    results are in its eval run either way.
 
     Returns:
         What was recorded (``eval_registry``).
@@ -238,6 +244,8 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     name = registry_params.model_name
     if not name or merged_model is None or "trained" not in eval_metrics:
         return {"recorded": False}
+    usable = eval_selection["validation_prompts"] - eval_selection["trained_on_prompts"]
+    quick = eval_selection["evaluated"] < usable
     folder = Path(merged_model)
     version = model_registry.version_for_folder(name, folder)
     trained = eval_metrics["trained"]
@@ -246,17 +254,27 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
         logger.warning("%s is no version of the registered model %s (merged without the "
                        "registry): its eval is not recorded there", folder, name)
         return {"recorded": False, "path": str(folder)}
+    fully_evaluated = model_registry.EVAL_RUN_TAG in version.tags and \
+        version.tags.get(model_registry.QUICK_CHECK_TAG) != "true"
+    if quick and fully_evaluated:
+        logger.info("A quick check (%d of %d validation prompts, eval.max_prompts): %s version "
+                    "%s keeps the results of its full eval (run %s); these are in this eval "
+                    "run only", eval_selection["evaluated"], usable, name, version.version,
+                    version.tags[model_registry.EVAL_RUN_TAG])
+        return {"recorded": False, "reason": "quick check", "version": str(version.version)}
     key = "vs_champion" if champion_model.get("version") else "vs_base"
     reference = f"champion:{champion_model['version']}" if key == "vs_champion" else "base"
     # Of the validation prompts, those eval could use: the ones the model was not trained on.
     left_out = eval_selection["trained_on_prompts"]
     evidence = {"reference": reference, "prompts": int(trained["prompts"]),
                 "validation_prompts": eval_selection["validation_prompts"] - left_out,
-                "trained_on_prompts": left_out, "overall": _comparisons(trained[key]),
+                "trained_on_prompts": left_out, "verdict": trained["verdict"]["verdict"],
+                "overall": _comparisons(trained[key]),
                 "by_data_source": {source: _comparisons(values[key])
                                    for source, values in trained["by_data_source"].items()
                                    if key in values}}
-    model_registry.record_eval(name, version, _results(trained), evidence, run_id)
+    results = {**_results(trained), model_registry.QUICK_CHECK_TAG: str(quick).lower()}
+    model_registry.record_eval(name, version, results, evidence, run_id)
     return {"recorded": True, "name": name, "version": str(version.version),
             "reference": reference}
 
