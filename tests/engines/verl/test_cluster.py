@@ -127,6 +127,15 @@ def test_a_tracking_server_passes_the_tracking_check(shared, uri) -> None:
     assert plan.config.ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI == uri
 
 
+def test_a_password_in_the_tracking_uri_is_refused_and_not_repeated(shared) -> None:
+    """verl logs its configuration, the workers' environment with the URI in it, as MLflow
+    parameters: the password would be stored in the run (and the error tag would repeat it)."""
+    message = _problems(_inputs(shared, tracking_uri="https://ci:s3cret@mlflow.internal:5000"))
+    assert ("mlflow.mlflow_tracking_uri='https://ci:***@mlflow.internal:5000': a URI without "
+            "credentials") in message
+    assert "MLFLOW_TRACKING_PASSWORD" in message and "s3cret" not in message
+
+
 def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:
     assert "train.verl.trainer_n_gpus_per_node='auto': a number on a Ray cluster" in _problems(
         _inputs(shared), trainer_n_gpus_per_node="auto")

@@ -127,6 +127,25 @@ def check_tracking(tracking_uri: str | None) -> list[Problem]:
                     "conf/<env>/mlflow.yml (conf/local/README.md)", group="mlflow")]
 
 
+def check_tracking_credentials(tracking_uri: str | None) -> list[Problem]:
+    """No password or token in the tracking URI: verl logs its whole configuration as MLflow
+    parameters of the run, the workers' environment (where the URI travels) included."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(tracking_uri or "")
+    if not parts.password:
+        return []
+    shown = parts._replace(netloc=f"{parts.username}:***@{parts.hostname}"
+                           + (f":{parts.port}" if parts.port else "")).geturl()
+    return [Problem("mlflow_tracking_uri", shown, "a URI without credentials: verl logs its "
+                    "configuration, the Ray workers' environment with this URI in it, as "
+                    "parameters of the train run, so the password would be stored in MLflow. "
+                    "Give them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+                    "MLFLOW_TRACKING_TOKEN) in the environment of kedro run (a local Ray's "
+                    "workers inherit it; on a cluster set them on every node)",
+                    group="mlflow")]
+
+
 def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: RewardTarget,
                 report: dict[str, Any], *, training: bool, attention: str = "sdpa",
                 rollout: str = "vllm") -> list[Problem]:

@@ -33,6 +33,7 @@ from rl_pipeline.engines.verl.cluster import (
     check_shipped_reward,
     check_storage,
     check_tracking,
+    check_tracking_credentials,
     on_cluster,
 )
 from rl_pipeline.engines.verl.config import (
@@ -143,6 +144,7 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
     target = RewardTarget(reward.custom_reward_function.path, reward.custom_reward_function.name)
     report: dict[str, Any] = {"hardware": asdict(hardware), "gpus_visible": gpus_visible,
                               "training": training}
+    problems += check_tracking_credentials(inputs.tracking_uri)
     if on_cluster(hardware, inputs.ray_address):
         if inputs.ray_address and verl.trainer_n_gpus_per_node == "auto":
             problems.append(Problem("trainer_n_gpus_per_node", "auto", "a number on a Ray "
