@@ -106,9 +106,10 @@ def training_sources(training_run: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def prompt_facts(sources: dict[str, str]) -> dict[str, object]:
-    """The training prompts' versions (from ``source.*`` tags) and row count (the train
-    run's ``preflight.train_prompts`` metric), for a model card."""
+def prompt_facts(sources: dict[str, str], training_run: dict[str, Any]) -> dict[str, object]:
+    """The training prompts' versions (from ``source.*`` tags), row count (the train run's
+    ``preflight.train_prompts`` metric) and data sources (the train summary's), for a model
+    card."""
     versions = {k.removeprefix("source.").removesuffix("_version"): v
                 for k, v in sources.items() if k.endswith("_version")}
     rows: dict[str, int] = {}
@@ -120,4 +121,5 @@ def prompt_facts(sources: dict[str, str]) -> dict[str, object]:
             metrics = {}
         if "preflight.train_prompts" in metrics:  # the catalog's preflight_metrics prefix
             rows["train_prompts"] = int(metrics["preflight.train_prompts"])
-    return {"versions": versions, "rows": rows, "data_sources": []}
+    return {"versions": versions, "rows": rows,
+            "data_sources": list(training_run.get("data_sources") or [])}

@@ -99,6 +99,9 @@ def test_full_fine_tuning_with_trl_then_merge_gives_the_trained_model(
     assert not (trained / "adapter_config.json").exists()
     assert metadata["training_run"]["steps"] == 1 and metadata["training_run"]["lora"] is False
     assert metadata["verification"]["passed"] and metadata["dtype"] == "bfloat16"
+    # The card names the data sources it was trained on (Hugging Face's `datasets`).
+    assert metadata["training_run"]["data_sources"] == ["openai/gsm8k"]
+    assert "datasets:\n- openai/gsm8k" in (merged / "README.md").read_text()
     assert not (merged / RECORD).exists()
 
     ids = torch.tensor([[1, 5, 9, 14, 3]])

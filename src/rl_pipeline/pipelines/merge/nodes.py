@@ -26,9 +26,10 @@ def merge_model(training_result: str, base_model: str, model_work_dir: str,
         and the verification numbers as MLflow metrics.
     """
     result = make_standalone_model(training_result, base_model, merge, model_work_dir)
-    sources = lineage.training_sources(result.metadata.get("training_run") or {})
+    run = result.metadata.get("training_run") or {}
     facts = card_facts(result.metadata, registry_params.model_name or "rl_pipeline merged model",
-                       registry_params.license, lineage.prompt_facts(sources))
+                       registry_params.license,
+                       lineage.prompt_facts(lineage.training_sources(run), run))
     write_card(result.path, render_card(facts))
     return str(result.path), result.metadata, mlflow_metrics(result.numbers)
 

@@ -93,7 +93,8 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
         # The model was trained on prompts made with these: its card tells its users.
         "chat_template_kwargs": dict(data.data_apply_chat_template_kwargs),
         # What it was trained from: merge and eval refuse another base_model.
-        "base_model": identity.inputs["base_model"]})
+        "base_model": identity.inputs["base_model"],
+        "data_sources": sorted(map(str, train_prompts["data_source"].unique()))})
     exported = engine.export(result, Path(model_work_dir))
     # Carried into the merged model, so that eval never scores it on what it trained on.
     write_trained_questions(exported, train_prompts)
