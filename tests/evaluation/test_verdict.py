@@ -63,6 +63,7 @@ def test_learned_correctness_up_and_no_degeneration() -> None:
     assert examples.count("gained: base wrong, trained right") == 2
     assert examples.count("): unchanged") == 4
     assert "**Base** (reward 0.1, wrong):" in examples
+    assert "**Trained** (reward 1, right: the #### answer):" in examples
     assert f"> \\#### {TRUTHS[0]}" in examples and "|" not in examples
 
 
@@ -115,3 +116,19 @@ def _c(delta: float, low: float, high: float) -> dict:
 ])
 def test_the_rule_off_gsm8k_reads_pass_at_1(compared: dict, expected: str) -> None:
     assert decide(compared, ("pass_at_1",)).verdict == expected
+
+
+def test_an_example_says_by_which_measure_an_answer_is_right() -> None:
+    """A reward of 0 beside "right" read as a contradiction: the last number was right."""
+    from rl_pipeline.evaluation.examples import _judged
+
+    def row(strict, flexible, reward) -> pd.Series:
+        return pd.Series({"strict_base": strict, "flexible_base": flexible,
+                          "reward_base": reward})
+
+    assert _judged(row(0.0, 1.0, 0.0), "base", 1.0) == (
+        "right by its last number only (flexible), not as a #### answer")
+    assert _judged(row(1.0, 1.0, 1.0), "base", 1.0) == "right: the #### answer"
+    assert _judged(row(float("nan"), float("nan"), 1.0), "base", 1.0) == (
+        "right: reward at least 1")
+    assert _judged(row(0.0, 0.0, 0.0), "base", 1.0) == "wrong"

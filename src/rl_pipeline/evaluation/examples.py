@@ -6,7 +6,7 @@ that turned **degenerate** (repetitive, truncated or without reasoning where the
 not), prompts the trained model **gained** (base wrong, trained right), prompts it **lost**
 (base right, trained wrong), then **unchanged** ones to fill :data:`EXAMPLES`. "Right" is
 strict or flexible on GSM8K-style sources, reward at least ``reward.correct_score``
-elsewhere.
+elsewhere; each answer says by which.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def pick_examples(base: pd.DataFrame, trained: pd.DataFrame,
             example[f"{label}_response"] = row[f"response_{label}"]
             example[f"{label}_reward"] = float(row[f"reward_{label}"])
             example[f"{label}_right"] = _right(row, label, correct_score)
+            example[f"{label}_judged"] = _judged(row, label, correct_score)
             example[f"{label}_flags"] = _flags(row, label)
         kind = _kind(example)
         example["kind"] = kind
@@ -68,7 +69,7 @@ def examples_markdown(examples: list[dict[str, Any]]) -> list[str]:
                   f"**Prompt:** {_one_line(e['prompt'])}", "",
                   f"**Ground truth:** {e['ground_truth']}", ""]
         for label in ("base", "trained"):
-            verdict = "right" if e[f"{label}_right"] else "wrong"
+            verdict = e.get(f"{label}_judged") or ("right" if e[f"{label}_right"] else "wrong")
             flags = ", ".join(e[f"{label}_flags"])
             lines += [f"**{label.capitalize()}** (reward {e[f'{label}_reward']:.3g}, {verdict}"
                       f"{'; ' + flags if flags else ''}):", "",
@@ -81,6 +82,19 @@ def _right(row: pd.Series, label: str, correct_score: float) -> bool:
     if pd.notna(strict):
         return bool(strict or flexible)
     return bool(row[f"reward_{label}"] >= correct_score)
+
+
+def _judged(row: pd.Series, label: str, correct_score: float) -> str:
+    """Right or wrong in words that say by which measure: a reward of 0 beside "right" (the
+    last number right, not in the "####" form) read as a contradiction."""
+    strict, flexible = row[f"strict_{label}"], row[f"flexible_{label}"]
+    if pd.isna(strict):
+        return (f"right: reward at least {correct_score:g}"
+                if row[f"reward_{label}"] >= correct_score else "wrong")
+    if strict:
+        return "right: the #### answer"
+    return "right by its last number only (flexible), not as a #### answer" if flexible \
+        else "wrong"
 
 
 def _flags(row: pd.Series, label: str) -> list[str]:
