@@ -347,6 +347,7 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert verdict in (LEARNED, HACKING, WORSE, NO_CHANGE)
     assert report.splitlines()[2].startswith(f"**Verdict: {verdict}.**")
     assert run_tags(runs, "eval")["eval.verdict"] == verdict
+    assert "SmolLM2-135M-Instruct" in run_tags(runs, "eval")["eval.base_model"]
     assert run_tags(runs, "eval")["eval.verdict.rl_pipeline/arithmetic"] == verdict
     # Off a terminal the log is one line per record (rich wrapped it at 80 columns): the
     # verdict with all its reasons is one line a reader can grep.

@@ -101,6 +101,8 @@ def test_base_and_trained_side_by_side(tiny_model_dir, trained_model, data_param
     assert [q in asked for q in questions] == [False, True, True, True, False]
     metrics = outputs["eval_metrics"].load()
     assert list(metrics) == ["base", "trained"]
+    tags = outputs["eval_run_tags"].load()  # the models compared, for a reviewer
+    assert tags["eval.base_model"] == str(tiny_model_dir) and "eval.champion_version" not in tags
     for label in metrics:
         for key in ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1",
                     "strict_pass_at_2", "pass_at_1", "pass_at_2", "maj_at_2", "mean_at_2",

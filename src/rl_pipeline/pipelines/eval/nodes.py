@@ -33,6 +33,7 @@ from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import MANIFEST, check_manifest
 from rl_pipeline.models.identity import check_trained_from
+from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
 from rl_pipeline.rewards.judge_server import judge_served
@@ -279,11 +280,16 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
             "reference": reference}
 
 
-def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None) -> dict[str, str]:
-    """The eval run's tags: the verdict on what training did (overall, its reasons, and per
-    data source) and, for a merged model, the train run whose weights it holds
-    (``source.*``, from merge's metadata in the folder)."""
-    tags: dict[str, str] = {}
+def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None, base_model: str,
+                  champion_model: dict[str, Any]) -> dict[str, str]:
+    """The eval run's tags: the models compared (``eval.base_model``: the base's source;
+    ``eval.champion_version`` when the champion was evaluated), the verdict on what
+    training did (overall, its reasons, and per data source) and, for a merged model, the
+    train run whose weights it holds (``source.*``, from merge's metadata in the folder)."""
+    base = read_object(Path(base_model) / METADATA_FILE).get("source") or base_model
+    tags: dict[str, str] = {"eval.base_model": str(base)}
+    if champion_model.get("version"):
+        tags["eval.champion_version"] = str(champion_model["version"])
     if merged_model is not None:
         metadata = read_object(Path(merged_model) / MERGE_METADATA)
         tags.update(lineage.training_sources(metadata.get("training_run") or {}))
