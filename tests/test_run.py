@@ -295,6 +295,7 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     # Typed groups are logged field by field (defaults included), not as one long string.
     assert "train" not in train.data.params and "train" not in train.data.tags
     assert train.data.params["train.trl.beta"] == "0.0"
+    assert not [k for k in train.data.params if k.startswith("train.verl.")]  # not its engine
     # Followers reach the nodes resolved, once, from their owners (SHORT's response cap).
     assert train.data.params["train.trl.max_completion_length"] == "24"
     assert evaluation.data.params["eval.max_new_tokens"] == "24"

@@ -25,6 +25,7 @@ from rl_pipeline.params import (
     cross_group_problems,
     resolve_followers,
 )
+from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.runs.command import stage_command, typed_command
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
@@ -191,9 +192,21 @@ class TypedParamsMlflowHook(MlflowHook):
     @hook_impl
     def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],
                         is_async: bool) -> None:
-        plain = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
-                 for k, v in inputs.items()}
+        plain = {k: _logged(v) for k, v in inputs.items()}
         super().before_node_run(node=node, catalog=catalog, inputs=plain, is_async=is_async)
+
+
+def _logged(value: Any) -> Any:
+    """A node input as its run's parameters show it: a typed group's plain values, the
+    ``train`` group without the groups of the engines it does not run (a TRL run logged 64
+    ``train.verl.*`` parameters that did nothing)."""
+    if not isinstance(value, BaseModel):
+        return value
+    if isinstance(value, TrainParams) and value.engine in ENGINES:
+        unused = {name for name in ENGINES
+                  if name != value.engine and name in type(value).model_fields}
+        return value.model_dump(mode="json", exclude=unused)
+    return value.model_dump(mode="json")
 
 
 class StageInputsHook:
