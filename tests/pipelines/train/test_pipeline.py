@@ -159,6 +159,14 @@ def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [first["identity"][:12], changed["identity"][:12]])
 
+    # Killed while saving its last checkpoint (transformers writes the trainer state last):
+    # the rerun resumes from the one before, where it took the half-written one and failed.
+    (Path(changed["checkpoints"]) / "checkpoint-2" / "trainer_state.json").unlink()
+    resumed = _run(_catalog(tiny_model_dir, tmp_path, data_params,
+                            {**trl, "learning_rate": 5e-4}))
+    assert (resumed["steps"], resumed["resumed_from_step"], resumed["resumed"]) == (2, 1, True)
+    assert (Path(changed["checkpoints"]) / "checkpoint-2" / "trainer_state.json").is_file()
+
     # train.resume=never trains the first identity afresh.
     catalog = _catalog(tiny_model_dir, tmp_path, data_params, trl)
     catalog["params:train"] = TrainParams.model_validate(

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
+from rl_pipeline.engines.trl.checkpoints import last_checkpoint
 from rl_pipeline.engines.trl.export import export_result
 from rl_pipeline.engines.trl.preflight import plan_trl, step_work
 from rl_pipeline.engines.trl.train import train_trl
@@ -55,10 +56,8 @@ class TrlEngine(Engine):
         return run
 
     def checkpointed_step(self, checkpoints_dir: Path) -> int:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(str(checkpoints_dir)) if checkpoints_dir.is_dir() else None
-        return int(Path(last).name.rsplit("-", 1)[-1]) if last else 0
+        last = last_checkpoint(checkpoints_dir)
+        return int(last.name.rsplit("-", 1)[-1]) if last else 0
 
     def export(self, run: TrainRun, scratch_dir: Path) -> Path:
         return export_result(run, scratch_dir)

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from rl_pipeline.engines.base import TrainRun
+from rl_pipeline.engines.trl.checkpoints import last_checkpoint
 from rl_pipeline.runs.debris import work_dir
 from rl_pipeline.training_result import TrainingResult
 
@@ -19,9 +20,7 @@ def export_result(run: TrainRun, scratch_dir: str | Path) -> Path:
     when ``apply_lora`` is false, the whole model (``hf_model``), with the tokenizer and
     without the trainer's state. The trainer always saves the last step, so this is the
     trained model."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(run.checkpoints))
+    last = last_checkpoint(run.checkpoints)
     if last is None:
         raise RuntimeError(f"the trl run left no checkpoint in {run.checkpoints}")
     Path(scratch_dir).mkdir(parents=True, exist_ok=True)
@@ -31,7 +30,7 @@ def export_result(run: TrainRun, scratch_dir: str | Path) -> Path:
             if item.is_file() and not item.name.startswith(_TRAINER_STATE):
                 shutil.copy2(item, out / item.name)
         kind = "peft_adapter" if run.summary["lora"] else "hf_model"
-        TrainingResult(kind=kind, engine="trl", run=run.summary, source=last).write(out)
+        TrainingResult(kind=kind, engine="trl", run=run.summary, source=str(last)).write(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise

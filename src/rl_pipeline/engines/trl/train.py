@@ -16,6 +16,7 @@ from transformers.integrations import MLflowCallback
 
 from rl_pipeline.engines.base import TrainRun
 from rl_pipeline.engines.trl.callbacks import StepLogger
+from rl_pipeline.engines.trl.checkpoints import last_checkpoint
 from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import TrlReward, prompts_dataset
 from rl_pipeline.engines.trl.reinforce_pp import trainer_class
@@ -54,12 +55,12 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         The run: its summary, the logged history, the checkpoint folder.
     """
     from transformers import AutoTokenizer, set_seed
-    from transformers.trainer_utils import get_last_checkpoint
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     on_cpu = not torch.cuda.is_available()
-    last = {"auto": get_last_checkpoint(str(output_dir)), "never": None}.get(resume, resume)
+    newest = last_checkpoint(output_dir, discard_incomplete=True) if resume == "auto" else None
+    last = {"auto": str(newest) if newest else None, "never": None}.get(resume, resume)
     if resume == "auto" and last and (done := _completed(Path(last), output_dir, params)):
         return done
     set_seed(params.seed)
