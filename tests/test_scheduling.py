@@ -37,6 +37,10 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
         assert "stage eval is already running in this project (pid" in message
         assert "scheduled run stops without doing anything" in message
         assert "Running node" not in message
+        # A scheduled whole pipeline stops before its first stage, not after data_prep.
+        whole = run_command(project, scheduled_command("__default__", *params))
+        assert whole.returncode == 75, whole.stdout[-2000:]
+        assert "Running node" not in whole.stdout + whole.stderr
 
         # A run by hand is not refused: it warns and writes its own versions.
         by_hand = run_command(project, kedro_command("--pipelines", "eval", *params))
@@ -51,10 +55,11 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
     assert [(r.info.run_name, r.info.status) for r in runs] == [
         ("data_prep", "FINISHED"), ("eval", "FINISHED"), ("eval", "FINISHED")]
     assert not (project / "data/.locks").exists()
-    assert not (project / "data/stage-locks/train.lock").exists()  # no other stage was locked
-    # Released when the scheduled run ended: the next one would take it at once.
-    with open(project / "data/stage-locks/eval.lock") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if held
+    # Released when the runs ended (the whole pipeline's check held none): the next one
+    # would take each at once.
+    for stage in ("data_prep", "train", "eval"):
+        with open(project / f"data/stage-locks/{stage}.lock") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if held
 
 
 def test_the_wrapper_says_how_to_use_it(tmp_path) -> None:

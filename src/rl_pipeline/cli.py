@@ -46,7 +46,7 @@ from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user
 from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
 from rl_pipeline.runs.command import COMMAND_ENV
-from rl_pipeline.runs.stage_lock import LOCKED_EXIT_CODE, StageLockedError
+from rl_pipeline.runs.stage_lock import COMMAND_STAGES_ENV, LOCKED_EXIT_CODE, StageLockedError
 
 logger = logging.getLogger(__name__)
 # Options that select nodes: with any of them the request is not a list of whole stages.
@@ -152,7 +152,8 @@ def _run_stages(**options: Any) -> dict[str, Any]:
     if stages is None:
         return kedro_run.callback(**options)
     # One id for the stages of this command; a scheduler's own id (scheduled_task) is kept.
-    with _environ(EXECUTION_ID_ENV, os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex):
+    with _environ(EXECUTION_ID_ENV, os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex), \
+            _environ(COMMAND_STAGES_ENV, ",".join(stages)):
         return _each_stage(stages, options)
 
 

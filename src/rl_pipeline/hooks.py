@@ -29,7 +29,7 @@ from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.runs.command import stage_command, typed_command
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
-from rl_pipeline.runs.stage_lock import StageLocks, is_scheduled
+from rl_pipeline.runs.stage_lock import COMMAND_STAGES_ENV, StageLocks, is_scheduled
 from rl_pipeline.tracking import ARTIFACTS_BAR_ENV
 from rl_pipeline.tracking.lineage import (
     end_orphaned_runs,
@@ -256,7 +256,13 @@ class StageLockHook:
         names = run_params.get("pipeline_names") or ["__default__"]
         stages = [s for s in STAGES if s in names or "__default__" in names]
         self._locks = StageLocks(self._folder)
-        self._locks.acquire(stages, scheduled=is_scheduled())
+        scheduled = is_scheduled()
+        if scheduled:  # the command's later stages too: refused before any work, or not
+            command = os.environ.get(COMMAND_STAGES_ENV, "").split(",")
+            later = [s for s in command if s in STAGES and s not in stages
+                     and STAGES.index(s) > max(map(STAGES.index, stages), default=-1)]
+            self._locks.check_free(later)
+        self._locks.acquire(stages, scheduled=scheduled)
 
     @hook_impl
     def after_pipeline_run(self) -> None:

@@ -28,6 +28,11 @@ from rl_pipeline.errors import UserError
 logger = logging.getLogger(__name__)
 
 SCHEDULED_ENV = "RL_PIPELINE_SCHEDULED"
+# The stages one `kedro run` runs, each in a session of its own (set by rl_pipeline.cli): a
+# scheduled command checks them all as its first stage starts, so that it stops before any
+# work rather than after its first stages (a second scheduled __default__ had run data_prep,
+# then stopped at train).
+COMMAND_STAGES_ENV = "RL_PIPELINE_COMMAND_STAGES"
 # EX_TEMPFAIL (sysexits.h), "try again later": a scheduler can tell a skipped run from a
 # failed one (systemd: SuccessExitStatus=75).
 LOCKED_EXIT_CODE = 75
@@ -78,6 +83,17 @@ class StageLocks:
             os.pwrite(fd, (f"pid {os.getpid()}, {'scheduled' if scheduled else 'started by hand'}"
                            f", since {time.strftime('%Y-%m-%d %H:%M:%S')}").encode(), 0)
             self._held.append(fd)
+
+    def check_free(self, stages: Iterable[str]) -> None:
+        """Refuse now, as :meth:`acquire` would for a scheduled run, when another run holds
+        one of ``stages``; hold none of them.
+
+        Raises:
+            StageLockedError: Another run holds one of the stages.
+        """
+        probe = StageLocks(self.folder)
+        probe.acquire(stages, scheduled=True)
+        probe.release()
 
     def release(self) -> None:
         while self._held:
