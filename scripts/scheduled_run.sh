@@ -13,10 +13,15 @@
 # is FAILED with the error as its `error` tag.
 set -euo pipefail
 
+usage="usage: $0 STAGE [kedro run options...]; STAGE: data_prep, train, merge, eval, promote or __default__"
 if [[ $# -lt 1 || $1 == -* ]]; then
-    echo "usage: $0 STAGE [kedro run options...]" >&2
+    echo "$usage" >&2
     exit 64  # EX_USAGE
 fi
+case $1 in
+    data_prep|train|merge|eval|promote|__default__) ;;
+    *) echo "no stage '$1'. $usage" >&2; exit 64 ;;
+esac
 stage=$1
 shift
 cd "$(dirname "$(readlink -f "$0")")/.."

@@ -67,6 +67,14 @@ def test_the_wrapper_says_how_to_use_it(tmp_path) -> None:
     result = run_command(project, ["bash", "scripts/scheduled_run.sh"])
     assert result.returncode == 64
     assert "usage:" in result.stderr and "STAGE" in result.stderr
+    # A stage that is none: usage too, not Kedro's ImportError traceback and status 1.
+    typo = run_command(project, ["bash", "scripts/scheduled_run.sh", "evall"])
+    assert typo.returncode == 64 and "no stage 'evall'" in typo.stderr
+    # The wrapper's list of stages is the pipeline registry's.
+    from rl_pipeline.pipeline_registry import STAGES
+
+    assert f"    {'|'.join(STAGES)}|__default__) ;;" in (
+        project / "scripts/scheduled_run.sh").read_text()
 
 
 def test_a_stage_run_before_the_stage_it_reads_from_starts_nothing(tmp_path) -> None:

@@ -253,7 +253,9 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
     run_id = lineage.active_run_id()
     if version is None:
         logger.warning("%s is no version of the registered model %s (merged without the "
-                       "registry): its eval is not recorded there", folder, name)
+                       "registry, or a merge killed before it registered the model): its eval "
+                       "is not recorded there, and promote cannot take it. Register it by "
+                       "merging again (kedro run --pipelines merge,eval)", folder, name)
         return {"recorded": False, "path": str(folder)}
     fully_evaluated = model_registry.EVAL_RUN_TAG in version.tags and \
         version.tags.get(model_registry.QUICK_CHECK_TAG) != "true"
