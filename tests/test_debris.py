@@ -49,6 +49,9 @@ def test_sweep_removes_only_what_dead_writers_of_this_host_left(tmp_path, dead_p
 def test_work_folders_carry_their_owner_and_temporary_ones_go(tmp_path) -> None:
     folder = work_dir("merge", tmp_path)
     assert folder.name.startswith(f".merge-{HOST_ID}-{os.getpid()}-")
+    # Published as it is (a merged model): as readable as the folder it is in, not 0700.
+    tmp_path.chmod(0o750)
+    assert work_dir("merge", tmp_path).stat().st_mode & 0o777 == 0o750
     with temporary_work_dir("convert", tmp_path) as scratch:
         (scratch / "f").write_text("x")
     assert not scratch.exists()

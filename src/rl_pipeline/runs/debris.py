@@ -46,7 +46,12 @@ def work_dir(prefix: str, parent: str | Path | None = None) -> Path:
     system's temporary folder when None)."""
     if prefix not in WORK_PREFIXES:
         raise ValueError(f"work folder prefix {prefix!r}: expected one of {WORK_PREFIXES}")
-    return Path(tempfile.mkdtemp(prefix=f".{prefix}-{owner_tag()}-", dir=parent))
+    path = Path(tempfile.mkdtemp(prefix=f".{prefix}-{owner_tag()}-", dir=parent))
+    if parent is not None:
+        # mkdtemp makes it 0700, and a folder built here is published as it is (a merged
+        # model that others sharing the disk load): it takes the mode of the folder it is in.
+        path.chmod(Path(parent).stat().st_mode & 0o777)
+    return path
 
 
 @contextmanager
