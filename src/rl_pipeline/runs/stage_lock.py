@@ -7,7 +7,10 @@ Airflow DAGs) takes the stage's lock exclusively and, when any other run of that
 it, stops at once with :data:`LOCKED_EXIT_CODE`. Runs started by hand take the lock shared:
 they keep a scheduled run out, but not each other, because every run writes its own dataset
 versions and someone at a terminal may well want two data_prep runs side by side. A run by
-hand that finds a scheduled run holding the lock goes ahead, with a warning.
+hand that finds a scheduled run holding the lock goes ahead, with a warning; it cannot share
+a lock held exclusively, so every run by hand also holds ``<stage>.by-hand.lock`` shared, which
+a scheduled run checks too: when that scheduled run ends or dies while the run by hand goes
+on, the next scheduled run still finds it (it started beside it before).
 
 The locks are ``flock`` locks on ``<stage>.lock`` in ``folders.locks`` (conf/base/globals.yml:
 ``data/.locks``), so they go with the process that holds them, even when it is killed: no
@@ -47,6 +50,30 @@ def is_scheduled() -> bool:
     return os.environ.get(SCHEDULED_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+# Held shared by every run started by hand, beside ``<stage>.lock``.
+HAND_SUFFIX = ".by-hand.lock"
+
+
+def _open(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _lock(fd: int, kind: int) -> str | None:
+    """Take ``kind`` on ``fd`` without waiting: None when taken, else who holds it."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+    return None
+
+
+def _mark(fd: int, how: str) -> None:
+    # With shared holders the file names the latest one: enough to find a culprit.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}, {how}, since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+              .encode(), 0)
+
+
 class StageLocks:
     """The locks one run holds on its stages, in ``folder``."""
 
@@ -62,27 +89,49 @@ class StageLocks:
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         for stage in stages:
-            path = self.folder / f"{stage}.lock"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_EX if scheduled else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                if not scheduled:
-                    logger.warning("a scheduled run of stage %s is running in this project (%s);"
-                                   " this run goes ahead and writes its own versions", stage,
-                                   holder)
-                    continue
-                self.release()
-                raise StageLockedError(
-                    f"stage {stage} is already running in this project ({holder}); this "
-                    f"scheduled run stops without doing anything. Lock: {path}") from None
-            # With shared holders the file names the latest one: enough to find a culprit.
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (f"pid {os.getpid()}, {'scheduled' if scheduled else 'started by hand'}"
-                           f", since {time.strftime('%Y-%m-%d %H:%M:%S')}").encode(), 0)
+            if scheduled:
+                self._take_scheduled(stage)
+            else:
+                self._take_by_hand(stage)
+
+    def _take_scheduled(self, stage: str) -> None:
+        path = self.folder / f"{stage}.lock"
+        fd = _open(path)
+        holder = _lock(fd, fcntl.LOCK_EX)
+        if holder is None:
+            # Runs by hand that started while a scheduled one held the stage hold only this.
+            hand = _open(self.folder / f"{stage}{HAND_SUFFIX}")
+            holder = _lock(hand, fcntl.LOCK_EX)
+            os.close(hand)  # a probe: runs by hand may start beside this one, with a warning
+            if holder is None:
+                _mark(fd, "scheduled")
+                self._held.append(fd)
+                return
+        os.close(fd)
+        self.release()
+        raise StageLockedError(
+            f"stage {stage} is already running in this project ({holder}); this "
+            f"scheduled run stops without doing anything. Lock: {path}")
+
+    def _take_by_hand(self, stage: str) -> None:
+        fd = _open(self.folder / f"{stage}.lock")
+        holder = _lock(fd, fcntl.LOCK_SH)
+        if holder is None:
+            _mark(fd, "started by hand")
             self._held.append(fd)
+        else:
+            os.close(fd)
+            logger.warning("a scheduled run of stage %s is running in this project (%s); this "
+                           "run goes ahead and writes its own versions", stage, holder)
+        # Always held, so that a scheduled run that starts after that one ended (or died)
+        # still finds this one. Only a scheduled run's probe takes it exclusively, for an
+        # instant: a short wait rather than none.
+        hand = _open(self.folder / f"{stage}{HAND_SUFFIX}")
+        deadline = time.monotonic() + 5
+        while _lock(hand, fcntl.LOCK_SH) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _mark(hand, "started by hand")
+        self._held.append(hand)
 
     def check_free(self, stages: Iterable[str]) -> None:
         """Refuse now, as :meth:`acquire` would for a scheduled run, when another run holds
