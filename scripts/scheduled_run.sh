@@ -30,6 +30,15 @@ cd "$(dirname "$(readlink -f "$0")")/.."
 export RL_PIPELINE_SCHEDULED=1
 export KEDRO_DISABLE_TELEMETRY=${KEDRO_DISABLE_TELEMETRY:-true}
 python=${PYTHON:-.venv/bin/python}
+# A log of plain lines from the first record on, in every process the run starts, and no
+# progress bars (rl_pipeline/plain_output.py): set here, before Python starts, as tqdm and
+# Kedro read them on import. A logging configuration of your own takes precedence.
+if [[ -z ${KEDRO_LOGGING_CONFIG:-} ]]; then
+    KEDRO_LOGGING_CONFIG=$("$python" -c \
+        'from importlib.resources import files; print(files("rl_pipeline") / "plain_logging.yml")')
+    export KEDRO_LOGGING_CONFIG
+fi
+export TQDM_DISABLE=${TQDM_DISABLE:-1} HF_HUB_DISABLE_PROGRESS_BARS=${HF_HUB_DISABLE_PROGRESS_BARS:-1}
 env=${KEDRO_ENV:-$(nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)}
 
 echo "$(date '+%Y-%m-%d %H:%M:%S') scheduled run of $stage (kedro env $env) in $PWD"

@@ -3,6 +3,11 @@ names the --params item and the quoting that works where Kedro would fail with a
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -150,13 +155,34 @@ def test_plain_logs_off_a_terminal_leave_out_debug_records(kedro_logging, capfd,
                                                           monkeypatch) -> None:
     import logging
 
-    from rl_pipeline.cli import _plain_logs_off_a_terminal
+    from rl_pipeline.plain_output import plain_output_off_a_terminal
 
     monkeypatch.delenv("KEDRO_LOGGING_CONFIG", raising=False)
-    _plain_logs_off_a_terminal()  # stdout is captured here: no terminal
-    chatty = logging.getLogger("a_library_at_debug")
-    monkeypatch.setattr(chatty, "level", logging.DEBUG)
-    chatty.debug("Failed to send data")
-    chatty.info("worth a line")
+    with plain_output_off_a_terminal():  # stdout is captured here: no terminal
+        chatty = logging.getLogger("a_library_at_debug")
+        monkeypatch.setattr(chatty, "level", logging.DEBUG)
+        chatty.debug("Failed to send data")
+        chatty.info("worth a line")
     out = capfd.readouterr().out
     assert " INFO a_library_at_debug: worth a line" in out and "Failed to send" not in out
+
+
+def test_processes_a_run_starts_off_a_terminal_log_plain_lines_and_draw_no_bars(
+        kedro_logging, monkeypatch) -> None:
+    # Ray's workers and other processes a stage starts: they configure Kedro's logging as
+    # they import it (rich, wrapped at 80 columns) and draw tqdm's bars unless told.
+    from rl_pipeline.plain_output import plain_output_off_a_terminal, progress_bars_shown
+
+    for name in ("KEDRO_LOGGING_CONFIG", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(name, raising=False)
+    child = [sys.executable, "-c", "import kedro.framework.project, tqdm; "
+             "print('bar drawn' if not tqdm.tqdm(range(3)).disable else 'no bar')"]
+    with plain_output_off_a_terminal():
+        assert not progress_bars_shown()
+        inside = subprocess.run(child, capture_output=True, text=True, timeout=120)
+    first, said = inside.stdout.splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO kedro.framework.project: Using "
+                        r"'\S+plain_logging.yml' as logging configuration. ?", first), first
+    assert said == "no bar"
+    # Afterwards the environment is as it was: the next command in this process starts clean.
+    assert "KEDRO_LOGGING_CONFIG" not in os.environ and "TQDM_DISABLE" not in os.environ

@@ -239,6 +239,11 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The rollout table appended each step, eval's evidence read back: no download bars.
     assert "Downloading artifacts" not in result.stdout + result.stderr
+    # Off a terminal: a logged line per training step, not transformers' bars and prints.
+    for bar_or_print in ("Loading weights", "{'loss'", "| 2/2 ["):
+        assert bar_or_print not in result.stdout + result.stderr, bar_or_print
+    assert re.search(r"INFO rl_pipeline.engines.trl.callbacks: step 2/2: reward [\d.]+, ",
+                     result.stdout)
     metrics = json.loads((project / "data/08_reporting/eval_metrics.json").read_text())
     assert list(metrics) == ["base", "trained"]
     for label in ("base", "trained"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import re
 
 import mlflow
 import pytest
@@ -51,6 +52,15 @@ def test_a_scheduled_run_of_a_stage_already_running_exits_at_once(tmp_path,
         resumed = first.resume()
         assert resumed.returncode == 0, resumed.stdout[-3000:]
         assert "scheduled run of eval (kedro env cpu)" in resumed.stdout
+        # Its log: one plain line per record from the first on, no progress bars. (Except
+        # MLflow's advice to kedro-mlflow as it is imported, under a warnings filter of
+        # MLflow's own that no filter of ours can override: its message and source line.)
+        lines = [line for line in resumed.stdout.splitlines()
+                 if "UserWarning: \x1b[33mAdd type hints" not in line
+                 and line != "  color_warning("]
+        assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", line)
+                   for line in lines), resumed.stdout[:3000]
+        assert "\r" not in resumed.stdout  # (stderr is in stdout)
     _, runs = mlflow_runs(project)
     assert [(r.info.run_name, r.info.status) for r in runs] == [
         ("data_prep", "FINISHED"), ("eval", "FINISHED"), ("eval", "FINISHED")]

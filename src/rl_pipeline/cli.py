@@ -16,6 +16,9 @@ A scheduled run refused because the same stage is already running in this projec
 (:mod:`rl_pipeline.runs.stage_lock`) exits with status 75 (EX_TEMPFAIL), so a scheduler can tell
 it from a failure.
 
+Off a terminal (cron's log, a pipe) the run logs one plain line per record and shows no
+progress bars (:mod:`rl_pipeline.plain_output`).
+
 A user error (:mod:`rl_pipeline.errors`: a bad parameter, record or file) prints its message,
 ``Error: ...``, and exits with status 1, without the traceback; any other exception keeps
 its traceback. A ``--params`` value that is not YAML (a prompt template without quotes) is
@@ -45,6 +48,7 @@ from omegaconf import OmegaConf
 from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user_message
 from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
+from rl_pipeline.plain_output import plain_output_off_a_terminal
 from rl_pipeline.runs.command import COMMAND_ENV
 from rl_pipeline.runs.stage_lock import COMMAND_STAGES_ENV, LOCKED_EXIT_CODE, StageLockedError
 
@@ -82,40 +86,11 @@ class UserErrorExit(click.ClickException):
         click.secho(TRACEBACK_HINT, err=True)
 
 
-# Off a terminal (cron's log, CI, a pipe into tee) rich wraps every record at 80 columns,
-# which breaks a forecast or a verdict over six lines that grep then misses: there, one plain
-# line per record, through logging's own handler (Kedro allows no project class in a logging
-# configuration, and conf/logging.yml would hold on a terminal too), to the process's own
-# stdout: a stream swapped in for a while (click's test runner) may be closed by the next
-# record.
-PLAIN_LOGGING: dict[str, Any] = {
-    "version": 1, "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
-                             "datefmt": "%Y-%m-%d %H:%M:%S"}},
-    # INFO, as Kedro's own console handler: a library's logger set to DEBUG (Kedro's
-    # telemetry plugin: "Failed to send data" on every command) stays out of the log.
-    "handlers": {"plain": {"class": "logging.StreamHandler", "formatter": "plain",
-                           "level": "INFO", "stream": "ext://sys.__stdout__"}},
-    "root": {"handlers": ["plain"]},
-}
-
-
-def _plain_logs_off_a_terminal() -> None:
-    """Log :data:`PLAIN_LOGGING`'s way where stdout is no terminal and the user named no
-    configuration of their own (``KEDRO_LOGGING_CONFIG``)."""
-    if sys.stdout.isatty() or os.environ.get("KEDRO_LOGGING_CONFIG"):
-        return
-    from kedro.framework.project import LOGGING
-
-    LOGGING.configure({**PLAIN_LOGGING, "loggers": dict(LOGGING.data.get("loggers", {}))})
-    logging.captureWarnings(True)  # as Kedro's rich handler does
-
-
 def _run(**options: Any) -> dict[str, Any]:
-    _plain_logs_off_a_terminal()
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
-    with _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):
+    with plain_output_off_a_terminal(), \
+            _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):
         return _run_reporting(**options)
 
 

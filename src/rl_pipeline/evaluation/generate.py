@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from rl_pipeline.params import DataParams, EvalParams
 from rl_pipeline.params.eval import samples_per_prompt
+from rl_pipeline.plain_output import progress_bars_shown
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +306,8 @@ def generate_vllm(model_path: str, conversations: Sequence[Conversation],
         top_p=1.0 if settings.greedy else settings.top_p,
         top_k=-1 if settings.greedy else settings.top_k,
     )
-    results = llm.chat(list(conversations), params, use_tqdm=True,
+    # vLLM draws its bar whatever the output is: not into a log file.
+    results = llm.chat(list(conversations), params, use_tqdm=progress_bars_shown(),
                        chat_template_kwargs=settings.chat_template_kwargs or None)
     return [Generation(p, s, c.text, len(c.token_ids), c.finish_reason == "length")
             for p, result in enumerate(results) for s, c in enumerate(result.outputs)]

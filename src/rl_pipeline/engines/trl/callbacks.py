@@ -22,8 +22,10 @@ class StepLogger(TrainerCallback):
     the parameters under their spec names, so only metrics are sent, prefixed ``train/``.
     """
 
-    def __init__(self, first_step_forecast_s: float | None = None) -> None:
+    def __init__(self, first_step_forecast_s: float | None = None,
+                 log_lines: bool = False) -> None:
         self.history: list[dict[str, float]] = []
+        self._log_lines = log_lines  # one INFO line per logged step: the progress off a terminal
         self._started = 0.0
         self._step_seconds: list[float] = []
         self._first_step_forecast_s = first_step_forecast_s  # logged against the first step
@@ -56,6 +58,20 @@ class StepLogger(TrainerCallback):
         if not numbers:
             return
         self.history.append({"step": state.global_step, **numbers})
+        if self._log_lines:
+            logger.info(progress_line(state.global_step, state.max_steps, numbers))
         if mlflow.active_run() is not None:
             mlflow.log_metrics({f"train/{_METRIC_NAME.sub('_', k)}": v
                                 for k, v in numbers.items()}, step=state.global_step)
+
+
+# What a line of progress shows, of what TRL logs at a step, in this order.
+_PROGRESS = (("reward", "reward {:.3g}"), ("loss", "loss {:.4g}"),
+             ("completions/mean_length", "{:.1f} tokens"), ("step_time", "{:.1f} s/step"),
+             ("train_runtime", "trained in {:.0f} s"))
+
+
+def progress_line(step: int, max_steps: int, numbers: dict[str, float]) -> str:
+    """A logged step as one line: ``step 2/40: reward 0.375, loss -0.0355, ...``."""
+    shown = [form.format(numbers[key]) for key, form in _PROGRESS if key in numbers]
+    return f"step {step}/{max_steps}: " + (", ".join(shown) or "no metrics")

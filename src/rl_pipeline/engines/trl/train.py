@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 from transformers.integrations import MLflowCallback
+from transformers.trainer_callback import PrinterCallback
 
 from rl_pipeline.engines.base import TrainRun
 from rl_pipeline.engines.trl.callbacks import StepLogger
@@ -22,6 +23,7 @@ from rl_pipeline.engines.trl.inputs import TrlReward, prompts_dataset
 from rl_pipeline.engines.trl.reinforce_pp import trainer_class
 from rl_pipeline.params import RewardParams
 from rl_pipeline.params.trl import TrlParams
+from rl_pipeline.plain_output import progress_bars_shown
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +69,16 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     # report_to mlflow: TRL then times its own phases into the stage's run (profiling/Time
     # taken: ...: generation, the reward, the loss), as verl logs timing_s/*; transformers'
     # MLflowCallback, which that also adds, is removed below (StepLogger logs the metrics).
+    # Off a terminal no bar, and StepLogger's line per step instead of transformers' print of
+    # the whole dict (PrinterCallback, removed below).
+    bars = progress_bars_shown()
     config = grpo_config(params, str(output_dir), use_cpu=on_cpu, save_strategy="steps",
-                         logging_strategy="steps", disable_tqdm=False, report_to=["mlflow"])
+                         logging_strategy="steps", disable_tqdm=not bars,
+                         report_to=["mlflow"])
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    step_logger = StepLogger(first_step_forecast_s)
+    step_logger = StepLogger(first_step_forecast_s, log_lines=not bars)
     trainer = trainer_class(params.algorithm_adv_estimator)(
         model=model_path, args=config,
         reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),
@@ -83,6 +89,7 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         processing_class=tokenizer, peft_config=lora_config(params),
         callbacks=[step_logger, *callbacks])
     trainer.remove_callback(MLflowCallback)
+    trainer.remove_callback(PrinterCallback)
     resumed_from = 0
     if last:
         resumed_from = int(Path(last).name.split("-")[-1])
