@@ -314,3 +314,18 @@ def test_zero_steps_and_negative_guard_tolerances_are_refused_by_name() -> None:
                                                  "repetition_rate": 0.0}})
     assert "  - promote.guards.truncation_rate=-0.5: a tolerance of 0 or more" in str(err.value)
     assert "repetition_rate" not in str(err.value)
+
+
+@pytest.mark.parametrize(("group", "values", "left_out", "kept"), [
+    ("eval", {"greedy": True, "n_samples": 4}, "n_samples", "greedy"),
+    ("train", {"engine": "trl"}, "verl", "trl"),
+], ids=["greedy eval", "trl train"])
+def test_a_run_logs_no_parameter_its_other_values_make_irrelevant(group, values, left_out,
+                                                                  kept) -> None:
+    from rl_pipeline.hooks import _logged
+
+    logged = _logged(GROUPS[group].model_validate(values))
+    assert left_out not in logged and kept in logged
+    # Sampling, or an engine left to choose (auto): every setting may be used, all logged.
+    relevant = {"eval": {"n_samples": 4}, "train": {"engine": "auto"}}[group]
+    assert left_out in _logged(GROUPS[group].model_validate(relevant))

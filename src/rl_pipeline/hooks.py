@@ -25,7 +25,6 @@ from rl_pipeline.params import (
     cross_group_problems,
     resolve_followers,
 )
-from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.runs.command import stage_command, typed_command
 from rl_pipeline.runs.debris import sweep
 from rl_pipeline.runs.stage_inputs import check_stage_inputs
@@ -197,15 +196,13 @@ class TypedParamsMlflowHook(MlflowHook):
 
 
 def _logged(value: Any) -> Any:
-    """A node input as its run's parameters show it: a typed group's plain values, the
-    ``train`` group without the groups of the engines it does not run (a TRL run logged 64
-    ``train.verl.*`` parameters that did nothing)."""
+    """A node input as its run's parameters show it: a typed group's plain values, less
+    those its other values make irrelevant (:meth:`ParamGroup.not_in_effect`: a TRL run
+    logged 64 ``train.verl.*`` parameters that did nothing, a greedy eval ``n_samples: 4``)."""
     if not isinstance(value, BaseModel):
         return value
-    if isinstance(value, TrainParams) and value.engine in ENGINES:
-        unused = {name for name in ENGINES
-                  if name != value.engine and name in type(value).model_fields}
-        return value.model_dump(mode="json", exclude=unused)
+    if isinstance(value, ParamGroup):
+        return value.model_dump(mode="json", exclude=value.not_in_effect())
     return value.model_dump(mode="json")
 
 

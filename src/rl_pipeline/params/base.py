@@ -160,6 +160,11 @@ class ParamGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
     group: ClassVar[str] = ""
 
+    def not_in_effect(self) -> set[str]:
+        """The fields that these values make irrelevant (left out of the run's MLflow
+        parameters, where they would read as settings the run used)."""
+        return set()
+
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
         """Validate, raising :class:`ConfigError` with every problem named (Kedro shows it)."""

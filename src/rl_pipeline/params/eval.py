@@ -57,11 +57,18 @@ class EvalParams(ParamGroup):
         """Samples per prompt: one when greedy, else n_samples."""
         return samples_per_prompt(self.n_samples, self.greedy)
 
+    def not_in_effect(self) -> set[str]:
+        """Greedy decoding draws one answer per prompt, whatever the sampling settings."""
+        return set(_SAMPLING) if self.greedy else set()
+
     @model_validator(mode="after")
     def _positive_k(self) -> EvalParams:
         if any(k < 1 for k in self.pass_k):
             raise ValueError(f"eval.pass_k={self.pass_k}: every k must be at least 1")
         return self
+
+
+_SAMPLING = ("n_samples", "rollout_val_temperature", "rollout_val_top_p", "rollout_val_top_k")
 
 
 def samples_per_prompt(n_samples: int, greedy: bool) -> int:

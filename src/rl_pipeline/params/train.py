@@ -81,6 +81,12 @@ class TrainParams(ParamGroup):
                              + ("not a folder" if not folder.is_dir() else "not named so"))
         return str(folder.resolve())
 
+    def not_in_effect(self) -> set[str]:
+        """The groups of the engines this run does not train with (both with ``auto``)."""
+        if self.engine not in ENGINES:
+            return set()
+        return {name for name in ENGINES if name != self.engine and name in type(self).model_fields}
+
     @field_validator("engine")
     @classmethod
     def _registered(cls, value: str) -> str:
