@@ -46,6 +46,19 @@ def test_sweep_removes_only_what_dead_writers_of_this_host_left(tmp_path, dead_p
     assert (version / "train_prompts.parquet").read_text() == "saved"
 
 
+def test_a_version_folder_that_held_only_a_killed_save_goes_too(tmp_path, dead_pid) -> None:
+    dataset = tmp_path / "05_model_input/train_prompts.parquet"
+    killed = dataset / "2026-11-21T10.00.00.000Z"
+    saved = dataset / "2026-11-20T09.00.00.000Z"
+    for version in (killed, saved):
+        version.mkdir(parents=True)
+        (version / f".train_prompts.parquet.{HOST_ID}-{dead_pid}-0123abcd.partial").write_text("x")
+    (saved / "train_prompts.parquet").write_text("saved")
+    sweep([tmp_path])
+    assert not killed.exists()
+    assert [p.name for p in saved.iterdir()] == ["train_prompts.parquet"]
+
+
 def test_work_folders_carry_their_owner_and_temporary_ones_go(tmp_path) -> None:
     folder = work_dir("merge", tmp_path)
     assert folder.name.startswith(f".merge-{HOST_ID}-{os.getpid()}-")

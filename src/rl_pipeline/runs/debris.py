@@ -11,6 +11,7 @@ shares the data folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -20,7 +21,6 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,8 @@ HOST_ID = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 # The prefixes of the work folders that nodes make with work_dir().
 WORK_PREFIXES = ("merge", "training-result", "convert")
 _STAGING = re.compile(r"\.(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\.partial$")
+# Kedro's version names (kedro.io.core.generate_timestamp).
+_KEDRO_VERSION = re.compile(r"\d{4}-\d\d-\d\dT\d\d\.\d\d\.\d\d\.\d{3}Z")
 _WORK = re.compile(rf"^\.(?:{'|'.join(WORK_PREFIXES)})-(?P<host>[0-9a-f]{{8}})-(?P<pid>\d+)-")
 
 
@@ -54,7 +56,7 @@ def work_dir(prefix: str, parent: str | Path | None = None) -> Path:
     return path
 
 
-@contextmanager
+@contextlib.contextmanager
 def temporary_work_dir(prefix: str, parent: str | Path | None = None) -> Iterator[Path]:
     """:func:`work_dir`, removed when the block ends."""
     path = work_dir(prefix, parent)
@@ -81,6 +83,14 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def _remove_if_empty_version(folder: Path) -> None:
+    """A Kedro version folder that held only a killed run's save: no load looks into an
+    empty one, but a reader listing the versions would take it for a run's output."""
+    if _KEDRO_VERSION.fullmatch(folder.name):
+        with contextlib.suppress(OSError):  # not empty: another save of the version is there
+            folder.rmdir()
 
 
 def is_orphaned(name: str) -> bool:
@@ -112,6 +122,7 @@ def sweep(trees: Iterable[Path], flat: Iterable[Path] = ()) -> list[Path]:
             continue
     for path in found:
         remove(path)
+        _remove_if_empty_version(path.parent)
     if found:
         logger.info("removed %d leftover(s) of killed runs: %s", len(found),
                     ", ".join(str(p) for p in found[:5]) + (" ..." if len(found) > 5 else ""))
