@@ -5,6 +5,7 @@ keeps them."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -188,7 +189,8 @@ def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
     axes[1].set_xticks(x, _wrapped(groups))
     axes[1].set_title("Headline (reward) per data source, 95% intervals")
     axes[1].set_ylabel("mean reward")
-    axes[1].legend()
+    _legend_above_bars(axes[1], max([1.0] + [by_group[label][g]["mean_reward_ci_high"]
+                                             for label in labels for g in groups]))
     if panels == 3:
         compared = [by_group["trained"][g]["vs_base"]["mean_reward"] for g in groups]
         delta = np.array([c["delta"] for c in compared])
@@ -217,12 +219,22 @@ def _overall_bars(ax: Any, metrics: dict[str, dict[str, Any]], labels: list[str]
     for i, label in enumerate(labels):
         bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width,
                       [metrics[label][k] for k in keys], width, label=label)
-        ax.bar_label(bars, fmt="%.3f", fontsize=8)
-    ax.set_xticks(x, [_name(k) for k in keys], rotation=20)
+        # Two decimals, upright where two bars share a metric: three digits were wider than
+        # a bar, so neighbours' labels ran into each other.
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2,
+                     rotation=0 if len(labels) <= 2 else 90)
+    # Upright and wrapped: six names side by side in one panel overlapped at any angle.
+    ax.set_xticks(x, [textwrap.fill(_name(k).replace("_", " "), 11) for k in keys],
+                  fontsize=9)
     top = max([metrics[label][k] for label in labels for k in keys] or [1.0])
-    ax.set_ylim(0, max(1.0, top * 1.1))
+    _legend_above_bars(ax, max(1.0, top))
     ax.set_title("Base versus trained, all prompts")
-    ax.legend()
+
+
+def _legend_above_bars(ax: Any, top: float) -> None:
+    """The legend in a band above the tallest bar, where it covers no bar or label."""
+    ax.set_ylim(0, top * 1.25)
+    ax.legend(loc="upper center", ncols=3, frameon=False, fontsize=8)
 
 
 def _wrapped(names: list[str]) -> list[str]:

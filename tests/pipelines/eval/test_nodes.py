@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import ErrorbarContainer
 
 from rl_pipeline.evaluation.generate import Generation
@@ -57,6 +58,13 @@ def test_a_large_gain_is_distinguishable_and_charted_with_intervals() -> None:
     overall, per_source, deltas = chart.axes
     assert any(isinstance(c, ErrorbarContainer) for c in per_source.containers)
     assert any(isinstance(c, ErrorbarContainer) for c in deltas.containers)
+    # Readable: no value label, metric name or legend runs into another.
+    FigureCanvasAgg(chart).draw()  # as the PNG is rendered
+    renderer = chart.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in [*overall.texts, *overall.get_xticklabels()]
+             if t.get_text()] + [overall.get_legend().get_window_extent(renderer)]
+    assert len(boxes) == 12 + 6 + 1
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
 
 
 def test_the_trained_model_is_compared_with_the_champion_on_the_same_prompts() -> None:
