@@ -35,6 +35,7 @@ import shlex
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -231,3 +232,72 @@ run = click.Command(name="run", params=_with_params_parsing(kedro_run.params), c
                     f"runs {', '.join(STAGES)}) run one session, and one MLflow run, each.",
                     short_help=kedro_run.short_help)
 cli.add_command(run)
+
+
+# The stages that write or read the model folders: held while versions are removed.
+_MODEL_STAGES = ("train", "merge", "eval", "promote")
+
+
+@cli.command()
+@click.option("--env", "-e", default=None,
+              help="Kedro environment whose catalog and registry to prune (as kedro run's).")
+@click.option("--keep", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Newest versions of each model folder dataset that stay.")
+@click.option("--apply", "apply_", is_flag=True,
+              help="Remove them; without it, list what would go and remove nothing.")
+def prune(env: str | None, keep: int, apply_: bool) -> None:
+    """Remove old versions of the model folders (merged models, training results).
+
+    Each stays when it is one of the newest --keep of its dataset or a registry alias
+    (champion, candidate) points at it; the registry version of a merged model removed is
+    tagged so. Lists what would go unless --apply. While it removes, it holds the locks of
+    the stages that use the folders: a scheduled run of one stops (status 75), as a prune
+    does when one is running.
+    """
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    from rl_pipeline.hooks import project_folders
+    from rl_pipeline.runs.stage_lock import StageLocks
+
+    project = Path.cwd()
+    bootstrap_project(project)
+    with KedroSession.create(project_path=project, env=env) as session:
+        context = session.load_context()  # kedro-mlflow points MLflow at the project's store
+        locks = StageLocks(project_folders(context)["locks"])
+        if apply_:
+            try:
+                locks.acquire(_MODEL_STAGES, scheduled=True)
+            except StageLockedError as exc:
+                click.secho(f"rl_pipeline: prune removes nothing while a run uses the model "
+                            f"folders: {exc}", fg="yellow", err=True)
+                raise SystemExit(LOCKED_EXIT_CODE) from None
+        try:
+            _prune(context, project, keep, apply_)
+        finally:
+            locks.release()
+
+
+def _prune(context: Any, project: Path, keep: int, apply_: bool) -> None:
+    from rl_pipeline import model_registry
+    from rl_pipeline.runs.retention import human_size, plan, remove_versions
+
+    datasets = {name: project / entry["path"]
+                for name, entry in context.config_loader["catalog"].items()
+                if isinstance(entry, dict) and entry.get("versioned")
+                and str(entry.get("type", "")).endswith("ModelFolderDataset")}
+    name = context.params["registry"].model_name  # None: nothing registered
+    entries = plan(datasets, keep, model_registry.alias_folders(name) if name else {})
+    gone = [e for e in entries if e.kept_because is None]
+    if apply_:
+        for entry in remove_versions(gone):
+            if name and entry.dataset == "merged_model":
+                model_registry.mark_folder_removed(name, entry.path / datasets[entry.dataset].name)
+    for entry in entries:
+        click.echo(f"{entry.dataset:<18} {entry.version}  {human_size(entry.size):>10}  "
+                   + (f"stays: {entry.kept_because}" if entry.kept_because
+                      else "removed" if apply_ else "would be removed"))
+    freed = human_size(sum(e.size for e in gone))
+    click.echo(f"{len(gone)} version(s) removed, {freed} freed." if apply_ else
+               f"{len(gone)} version(s), {freed}, would be removed: run again with --apply "
+               "to remove them.")

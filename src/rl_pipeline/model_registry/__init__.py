@@ -24,6 +24,7 @@ from rl_pipeline.model_registry.names import (
     QUICK_CHECK_TAG,
     REASONS_TAG,
     REFUSED_TAG,
+    STORAGE_TAG,
     TAG_LIMIT,
     RegistryError,
     tag_value,
@@ -31,8 +32,10 @@ from rl_pipeline.model_registry.names import (
 from rl_pipeline.model_registry.promotion import promote_candidate
 from rl_pipeline.model_registry.versions import (
     alias,
+    alias_folders,
     client,
     is_folder,
+    mark_folder_removed,
     model_folder,
     read_evidence,
     record_eval,
@@ -43,7 +46,8 @@ from rl_pipeline.model_registry.versions import (
 
 __all__ = [
     "CANDIDATE", "CHAMPION", "EVAL_RUN_TAG", "EVIDENCE_FILE", "PATH_TAG", "PROMOTED_TAG",
-    "QUICK_CHECK_TAG", "REASONS_TAG", "REFUSED_TAG", "TAG_LIMIT", "RegistryError", "alias",
-    "client", "is_folder", "model_folder", "promote_candidate", "read_evidence", "record_eval",
+    "QUICK_CHECK_TAG", "REASONS_TAG", "REFUSED_TAG", "STORAGE_TAG", "TAG_LIMIT",
+    "RegistryError", "alias", "alias_folders", "client", "is_folder", "mark_folder_removed",
+    "model_folder", "promote_candidate", "read_evidence", "record_eval",
     "register_merged_model", "tag_value", "version_for_folder", "version_tags",
 ]

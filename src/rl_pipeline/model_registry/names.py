@@ -11,6 +11,7 @@ from rl_pipeline.errors import UserError
 CANDIDATE = "candidate"
 CHAMPION = "champion"
 PATH_TAG = "catalog.path"
+STORAGE_TAG = "storage"  # where the weights are: the catalog's folder, an MLflow copy, removed
 EVIDENCE_FILE = "registry/evidence.json"
 REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
 PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted over

@@ -4,16 +4,19 @@ folder, their weights' folder checked, and eval's results recorded on them."""
 from __future__ import annotations
 
 import logging
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from rl_pipeline.model_registry.names import (
     CANDIDATE,
+    CHAMPION,
     EVAL_RUN_TAG,
     EVIDENCE_FILE,
     PATH_TAG,
     REASONS_TAG,
     REFUSED_TAG,
+    STORAGE_TAG,
     RegistryError,
     tag_value,
 )
@@ -60,10 +63,10 @@ def register_merged_model(name: str, folder: str | Path, run_id: str | None,
             name, description="Merged models of rl_pipeline (aliases: candidate, champion).")
     source = _log_weights(folder) if copy_weights else _reference(folder, run_id)
     tags = {**{k: tag_value(v) for k, v in tags.items()}, PATH_TAG: stored_path(folder),
-            "storage": "mlflow copy" if copy_weights else "catalog reference"}
+            STORAGE_TAG: "mlflow copy" if copy_weights else "catalog reference"}
     version = registry.create_model_version(name, source=source, run_id=run_id, tags=tags,
                                             description=description)
-    logger.info("Registered %s version %s (%s)", name, version.version, tags["storage"])
+    logger.info("Registered %s version %s (%s)", name, version.version, tags[STORAGE_TAG])
     return version
 
 
@@ -146,6 +149,27 @@ def alias(name: str, alias_name: str) -> Any | None:
         return client().get_model_version_by_alias(name, alias_name)
     except MlflowException:
         return None
+
+
+def alias_folders(name: str) -> dict[Path, str]:
+    """The folders that the aliases of ``name`` point at (none without the model), each
+    with why it stays: ``registry alias champion (version 3)``."""
+    held: dict[Path, str] = {}
+    for role in (CHAMPION, CANDIDATE):
+        version = alias(name, role)
+        if version is not None and version.tags.get(PATH_TAG):
+            held[Path(version.tags[PATH_TAG]).absolute()] = (
+                f"registry alias {role} ({name} version {version.version})")
+    return held
+
+
+def mark_folder_removed(name: str, folder: Path) -> None:
+    """Tag the version of ``name`` registered for ``folder``, if any, as having its folder
+    removed (``kedro prune``): the version, its lineage and evidence stay."""
+    version = version_for_folder(name, folder)
+    if version is not None:
+        client().set_model_version_tag(name, version.version, STORAGE_TAG,
+                                       f"folder removed by kedro prune on {date.today()}")
 
 
 def model_folder(version: Any, role: str) -> Path:

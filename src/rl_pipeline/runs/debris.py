@@ -30,7 +30,7 @@ HOST_ID = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 WORK_PREFIXES = ("merge", "training-result", "convert")
 _STAGING = re.compile(r"\.(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\.partial$")
 # Kedro's version names (kedro.io.core.generate_timestamp).
-_KEDRO_VERSION = re.compile(r"\d{4}-\d\d-\d\dT\d\d\.\d\d\.\d\d\.\d{3}Z")
+KEDRO_VERSION = re.compile(r"\d{4}-\d\d-\d\dT\d\d\.\d\d\.\d\d\.\d{3}Z")
 _WORK = re.compile(rf"^\.(?:{'|'.join(WORK_PREFIXES)})-(?P<host>[0-9a-f]{{8}})-(?P<pid>\d+)-")
 
 
@@ -88,7 +88,7 @@ def pid_alive(pid: int) -> bool:
 def _remove_if_empty_version(folder: Path) -> None:
     """A Kedro version folder that held only a killed run's save: no load looks into an
     empty one, but a reader listing the versions would take it for a run's output."""
-    if _KEDRO_VERSION.fullmatch(folder.name):
+    if KEDRO_VERSION.fullmatch(folder.name):
         with contextlib.suppress(OSError):  # not empty: another save of the version is there
             folder.rmdir()
 

@@ -185,20 +185,6 @@ def test_reinforce_plus_plus_advantages_are_verls(tiny_model_dir, digit_reward,
     assert np.abs(out["advantages"].double().numpy() - per_response).max() > 1e-3
 
 
-def test_off_a_terminal_each_step_is_one_logged_line(tiny_model_dir, digit_reward, tmp_path,
-                                                   caplog, capfd) -> None:
-    # pytest captures stdout: no terminal, as in cron's log. transformers would draw its bar
-    # there and print each step's whole dict of metrics.
-    caplog.set_level("INFO", logger="rl_pipeline.engines.trl.callbacks")
-    _train(tmp_path, tiny_model_dir, digit_reward, max_steps=2, save_steps=2,
-           per_device_train_batch_size=8)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
-    assert [line.split(":")[0] for line in lines] == ["step 1/2", "step 2/2", "step 2/2"]
-    assert "reward" in lines[0] and "s/step" in lines[0] and "trained in" in lines[-1]
-    printed = capfd.readouterr()  # (loading the model draws transformers' bars: the CLI's)
-    assert "{'loss'" not in printed.out and "| 2/2 [" not in printed.out + printed.err
-
-
 def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_path) -> None:
     # Without the cache every new token re-reads the whole sequence (12x slower on SmolLM2).
     from rl_pipeline.engines.trl.config import grpo_config
