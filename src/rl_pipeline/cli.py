@@ -27,14 +27,12 @@ a usage error (status 2) that names the item and the quoting that works.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
 import shlex
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,7 @@ from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
 from rl_pipeline.plain_output import plain_output_off_a_terminal
 from rl_pipeline.runs.command import COMMAND_ENV
+from rl_pipeline.runs.environment import environ
 from rl_pipeline.runs.stage_lock import COMMAND_STAGES_ENV, LOCKED_EXIT_CODE, StageLockedError
 
 logger = logging.getLogger(__name__)
@@ -91,23 +90,8 @@ def _run(**options: Any) -> dict[str, Any]:
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
     with plain_output_off_a_terminal(), \
-            _environ(COMMAND_ENV, shlex.join(["kedro", *sys.argv[1:]])):
+            environ(**{COMMAND_ENV: shlex.join(["kedro", *sys.argv[1:]])}):
         return _run_reporting(**options)
-
-
-@contextlib.contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
-    """``name`` set to ``value`` in the environment for the block, then as it was, so that
-    a second command in the same process (a notebook, a test) starts clean."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 def _run_reporting(**options: Any) -> dict[str, Any]:
@@ -128,8 +112,8 @@ def _run_stages(**options: Any) -> dict[str, Any]:
     if stages is None:
         return kedro_run.callback(**options)
     # One id for the stages of this command; a scheduler's own id (scheduled_task) is kept.
-    with _environ(EXECUTION_ID_ENV, os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex), \
-            _environ(COMMAND_STAGES_ENV, ",".join(stages)):
+    with environ(**{EXECUTION_ID_ENV: os.environ.get(EXECUTION_ID_ENV) or uuid.uuid4().hex,
+                    COMMAND_STAGES_ENV: ",".join(stages)}):
         return _each_stage(stages, options)
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from rl_pipeline.runs.environment import environ
+
 PLAIN_LOGGING_FILE = Path(__file__).with_name("plain_logging.yml")
 LOGGING_CONFIG_ENV = "KEDRO_LOGGING_CONFIG"
 NO_PROGRESS_BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -70,19 +72,13 @@ def plain_output_off_a_terminal() -> Iterator[None]:
     # warnings' own format adds the source line below the message: a record of two lines.
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     wanted = {LOGGING_CONFIG_ENV: str(PLAIN_LOGGING_FILE), **NO_PROGRESS_BARS_ENV}
-    before = {name: os.environ.get(name) for name in wanted}
     bars = not are_progress_bars_disabled()
-    os.environ.update({name: os.environ.get(name) or value for name, value in wanted.items()})
     disable_progress_bars()  # transformers, imported later, takes this as its own default
     _transformers_bars(False)
     try:
-        yield
+        with environ(**{name: os.environ.get(name) or value for name, value in wanted.items()}):
+            yield
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         if bars:
             enable_progress_bars()
             _transformers_bars(True)

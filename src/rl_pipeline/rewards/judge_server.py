@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from rl_pipeline.errors import UserError
 from rl_pipeline.rewards.judge import MODEL_ENV, URL_ENV
+from rl_pipeline.runs.environment import environ
 
 if TYPE_CHECKING:
     from rl_pipeline.params.reward import JudgeParams, RewardParams
@@ -110,16 +111,8 @@ def judge_served(reward: RewardParams) -> Iterator[str | None]:
                               judge.startup_timeout_s, log_path, command)
                 logger.info("Judge: %s up at %s in %.1f s (%s)", judge.model, url,
                             time.monotonic() - started, " ".join(command[:2]))
-                saved = {k: os.environ.get(k) for k in (URL_ENV, MODEL_ENV)}
-                os.environ[URL_ENV], os.environ[MODEL_ENV] = url, str(folder)
-                try:
+                with environ(**{URL_ENV: url, MODEL_ENV: str(folder)}):
                     yield url
-                finally:
-                    for key, value in saved.items():
-                        if value is None:
-                            os.environ.pop(key, None)
-                        else:
-                            os.environ[key] = value
             finally:
                 _stop(process)
 
