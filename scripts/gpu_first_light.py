@@ -46,6 +46,7 @@ import argparse
 import json
 import lzma
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,7 +73,7 @@ RUNGS = [
     ("c2", 480, "rung c on SmolLM2-135M"),
     ("e", 580, "kedro run, stage by stage, trl engine and HF eval"),
     ("v", 240, "the vLLM set so far: what imports and loads"),
-    ("d", 540, "verl run_ppo with vLLM's rollout, LoRA, checkpoint, merge"),
+    ("d", 560, "verl run_ppo with vLLM's rollout, LoRA, checkpoint, merge"),
     *((f"smoke-{stage}", limit, f"kedro run --env smoke --pipelines {stage}")
       for stage, limit in (("data_prep", 240), ("preflight", 300), ("train", 580),
                            ("merge", 300), ("eval", 580))),
@@ -108,9 +109,13 @@ IMPORTS = ["torch", "transformers", "tokenizers", "peft", "accelerate", "numpy",
 # -- the orchestrator (standard library only: it runs before the bundles are unpacked) --
 
 def unpack_bundles(bundles: Path, site: Path) -> list[str]:
-    """Unpack every ``bundles/*/*.txz`` into ``site`` once (a marker per archive)."""
+    """Unpack every first-light ``bundles/*/*.txz`` into ``site`` once (a marker per
+    archive). The vLLM set's units are vllm_set.receive's: unpacked here too, each was
+    unpacked twice on the lent H100."""
     done = []
     for archive in sorted(bundles.glob("*/*.txz")):
+        if re.fullmatch(vllm_set.UNIT_FILE, archive.name):
+            continue
         marker = site / f".unpacked-{archive.name}-{archive.stat().st_size}"
         if not marker.exists():
             first_light_bundle.unpack(archive, site)
@@ -412,7 +417,11 @@ def verl_run(device: str, work: Path, model: Path, name: str, prompts: int,
         actor_model_lora_alpha=16, actor_use_kl_loss=False, rollout_dtype="float32" if cpu
         else "bfloat16", total_training_steps=4, trainer_save_freq=4, trainer_test_freq=-1,
         trainer_val_before_train=False, rollout_max_probs_diff=0.05,
-        rollout_min_probs_pearson=0.9)
+        rollout_min_probs_pearson=0.9,
+        # vLLM's torch.compile and CUDA-graph capture took about 100 s of rung d's first
+        # try on the lent H100, which ran out of its budget with the server ready; the
+        # rung proves the path (serve, LoRA sync, log-probs), conf/smoke's rungs the speed.
+        rollout_enforce_eager=engine == "vllm")
     inputs = LaunchInputs(train_files=str(root / "train.parquet"),
                           val_files=str(root / "val.parquet"), model_path=str(model),
                           checkpoints_dir=str(root / "checkpoints"), tracking_uri=uri,

@@ -1,7 +1,7 @@
 """The vLLM set: the smallest set of packages that lets verl's vLLM rollout start on the lent
 GPU image once the first-light bundles are there, found by importing, cut into parts that
-each travel beside the repository and are each useful on arrival (docs/gpu.md, "The vLLM
-set").
+each travel beside the repository; vLLM starts once all three have arrived (docs/gpu.md,
+"The vLLM set").
 
     python scripts/vllm_set.py [--image requirements/images/lent-h100.freeze] [--out .gpu]
                                [--grow] [--probe-only] [--keep fa2,moe]
@@ -22,9 +22,10 @@ Building (this machine):
     3. installs the set for the box (CPython 3.12, manylinux x86_64), strips what a Hopper
        run of a dense model never loads (STRIP_VLLM: other GPUs' kernels, MoE and MLA
        kernels, the Rust frontend; --keep brings some back) and packs it as UNITS, each an
-       xz tar that unpacks into the site: the Python (vLLM imports; its argument parser
-       checks verl's flags), the core kernels (vLLM serves, with Triton attention), the
-       FlashAttention-3 kernels (vLLM's default backend on Hopper);
+       xz tar that unpacks into the site: the Python, the core kernels (vLLM imports: its
+       CUDA platform loads them unguarded), the FlashAttention-3 kernels (verl's vLLM
+       server imports vllm.vllm_flash_attn, which needs them; vLLM's default attention on
+       Hopper);
     4. streams the units into upload folders OUT/v1, OUT/v2, ... of at most PART_BUDGET each
        (a unit larger than the room left is split into `<unit>.part-aa`, `-ab` with their
        sha256 only if it is larger than a whole upload), prints each upload with the working
@@ -124,13 +125,19 @@ class Unit:
     enables: str
 
 
+# On the box nothing of vLLM imports before all three of the first units are there (the
+# lent H100, 2026-11-28): vllm/platforms/cuda.py imports _C_stable_libtorch unguarded, and
+# verl's vLLM server reaches vllm.vllm_flash_attn (vllm.lora -> mm_encoder_attention ->
+# fa_utils), which raises ImportError without an FA2 or FA3 extension. The probe stands
+# both in, so it saw neither; the uploads are one set, not steps.
 UNITS = [
-    Unit("vllm-python.txz", (), "vLLM and its Python dependencies import; `vllm serve`'s "
-         "argument parser checks verl's flags (no kernels yet)"),
+    Unit("vllm-python.txz", (), "vLLM's Python and its dependencies (nothing of vLLM "
+         "imports on a GPU before the core kernels are there)"),
     Unit("vllm-core-kernels.txz", ("vllm/_C_stable_libtorch.abi3.so",),
-         "vLLM's CUDA platform loads: vLLM serves, with Triton attention"),
+         "vLLM imports and its CUDA platform loads"),
     Unit("vllm-fa3.txz", ("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",),
-         "FlashAttention-3: vLLM's default attention backend on Hopper"),
+         "FlashAttention-3: verl's vLLM server imports (vllm.vllm_flash_attn needs FA2 or "
+         "FA3) and vLLM's default attention on Hopper"),
     Unit("vllm-fa2.txz", ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",),
          "FlashAttention-2 (--keep fa2: Ampere cards)"),
     Unit("vllm-moe.txz", ("vllm/_moe_C_stable_libtorch.abi3.so",),
@@ -431,27 +438,36 @@ def stream_into_folders(units: Sequence[dict[str, Any]], out: Path,
 
 # --- the box: receiving -------------------------------------------------------------------
 
+# A unit's file, whole or one piece of it (``vllm-core-kernels.txz.part-ab``).
+UNIT_FILE = r"(vllm-[\w-]+\.txz)(?:\.part-([a-z]{2}))?"
+
+
 def complete_units(folders: Sequence[Path]) -> tuple[dict[str, list[Path]], dict[str, str]]:
     """({unit: its file or pieces} for each unit whose pieces are all here,
     {unit: what is missing} for the others)."""
-    pieces: dict[str, list[Path]] = {}
+    # The same file can be in two folders: docs/gpu.md's sequence copies each upload's
+    # files to /tmp/parts, and the upload's own folder is read too (on the lent H100 the
+    # core kernels waited with "pieces aa, aa, ab, ab of 2" and never unpacked). The first
+    # folder's copy counts; each piece is checked against its sha256 when it is joined.
+    pieces: dict[str, dict[str, Path]] = {}
     whole: dict[str, Path] = {}
     for folder in folders:
         if not folder.is_dir():
             continue
-        for p in folder.iterdir():
-            m = re.fullmatch(r"(vllm-[\w-]+\.txz)(?:\.part-([a-z]{2}))?", p.name)
+        for p in sorted(folder.iterdir()):
+            m = re.fullmatch(UNIT_FILE, p.name)
             if not m:
                 continue
             if m.group(2):
-                pieces.setdefault(m.group(1), []).append(p)
+                pieces.setdefault(m.group(1), {}).setdefault(m.group(2), p)
             else:
-                whole[m.group(1)] = p
+                whole.setdefault(m.group(1), p)
     ready = {name: [path] for name, path in whole.items()}
     waiting: dict[str, str] = {}
-    for name, parts in pieces.items():
+    for name, by_suffix in pieces.items():
         if name in ready:
             continue
+        parts = list(by_suffix.values())
         suffixes = sorted(re.sub(r".*\.part-", "", p.name) for p in parts)
         counts = {p.with_name(f"{name}.pieces").read_text().strip() for p in parts
                   if p.with_name(f"{name}.pieces").is_file()}

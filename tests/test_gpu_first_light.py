@@ -76,6 +76,7 @@ def test_the_vllm_sets_units_that_have_arrived_are_unpacked_before_the_rungs(tmp
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     verdict = json.loads((tmp_path / "fl/verdict.json").read_text())
+    assert verdict["unpacked"] == []  # the first light's unpacking leaves the set alone
     assert verdict["vllm_set"]["unpacked"] == ["vllm-python.txz"]
     assert (site / "vllm/marker.py").read_text() == "VALUE = 1\n"
 

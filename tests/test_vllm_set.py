@@ -1,5 +1,5 @@
 """scripts/vllm_set.py and scripts/import_probe.py: the vLLM set that travels to the GPU box
-after the first light, found by importing, in uploads each useful on arrival.
+after the first light, found by importing, in uploads that the box receives as they arrive.
 
 No network and no vLLM here: the import probe runs on small packages made here (a module
 missing, one guarded, a native extension that cannot load), the units are small xz tars;
@@ -174,12 +174,31 @@ def test_the_box_receives_each_unit_when_its_last_piece_arrives(tmp_path) -> Non
     assert second["unpacked"] == ["vllm-python.txz", "vllm-core-kernels.txz"]
     assert (site / "vllm-core-kernels.txz.bin").read_bytes() == \
         (units[1]["tree"] / "vllm-core-kernels.txz.bin").read_bytes()
-    assert second["enables"][1].startswith("vLLM's CUDA platform loads")
+    assert second["enables"][1] == "vLLM imports and its CUDA platform loads"
 
     (site / "vllm-python.txz.bin").unlink()  # once unpacked, not again
     third = vs.receive([out / "v1", out / "v2", out / "v3"], site)
     assert third["unpacked"] == ["vllm-python.txz", "vllm-core-kernels.txz", "vllm-fa3.txz"]
     assert not (site / "vllm-python.txz.bin").exists()
+
+
+def test_a_unit_whose_pieces_arrived_in_two_folders_each_is_received(tmp_path) -> None:
+    # docs/gpu.md's sequence copies each upload's files into /tmp/parts, and the box reads
+    # the upload's own folder too: on the lent H100 every piece was there twice and the
+    # core kernels waited ("have pieces aa, aa, ab, ab of 2"), so vLLM never imported.
+    units, out = _streamed(tmp_path, {"vllm-python.txz": 30_000,
+                                      "vllm-core-kernels.txz": 120_000})
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for folder in ("v1", "v2"):
+        for f in (out / folder).iterdir():
+            (parts / f.name).write_bytes(f.read_bytes())
+    site = tmp_path / "box-site"
+    result = vs.receive([out / "v2", parts], site)
+    assert result["unpacked"] == ["vllm-python.txz", "vllm-core-kernels.txz"]
+    assert result["waiting"] == {}
+    assert (site / "vllm-core-kernels.txz.bin").read_bytes() == \
+        (units[1]["tree"] / "vllm-core-kernels.txz.bin").read_bytes()
 
 
 def test_a_corrupt_piece_is_refused_by_name_and_nothing_is_unpacked(tmp_path) -> None:
