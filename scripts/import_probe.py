@@ -3,7 +3,7 @@ was only looked for.
 
     python scripts/import_probe.py --json out.json \
         [--stand-in vllm._C_stable_libtorch ...] [--platform vllm.platforms.cuda.CudaPlatform] \
-        [--capability 9.0] MODULE [MODULE ...]
+        [--capability 9.0] [--absent vllm._C_stable_libtorch] MODULE [MODULE ...]
 
 A finder last on the meta path records every top-level module that no finder found, with
 the file and line that asked. Each MODULE is then imported in turn, in this one process, and
@@ -19,6 +19,10 @@ the Python that imports them can be traced; each is reported with the reason it 
 --stub-ops: the torch.ops namespaces those extensions register; an op asked for at import
 time answers None (each recorded). Both stand in for the GPU, never for a package: a module
 of a distribution that is not installed stays missing.
+--absent: a module that is not there, as on a box where the upload that carries it has not
+arrived: importing it raises ModuleNotFoundError. A stand-in cannot say whether the Python
+needs its extension (an unguarded import, or a try block whose handler raises anyway: both
+happened on the lent H100); a probe with it absent can.
 --platform: a class set as vLLM's `current_platform` first, so that import-time branches on
 the platform take the box's (CUDA) side; --capability: the compute capability it reports
 (vLLM picks kernels by it at import time; 9.0 is the H100's).
@@ -99,6 +103,18 @@ class StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+class Absent(importlib.abc.MetaPathFinder):
+    """First on the meta path: the named modules cannot be found."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = set(names)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r} (--absent)", name=name)
+        return None
+
+
 class _StubOp:
     """An op packet: calling it answers None; its overloads (`.default`) are itself."""
 
@@ -153,14 +169,15 @@ def stub_ops(namespaces: list[str], asked: list[str]) -> None:
 
 
 def probe(modules: list[str], stand_ins: list[str], platform: str | None,
-          capability: str | None = None, op_namespaces: list[str] | None = None
-          ) -> dict[str, Any]:
+          capability: str | None = None, op_namespaces: list[str] | None = None,
+          absent: list[str] | None = None) -> dict[str, Any]:
     gate = Recorder()
     sys.meta_path.append(gate)
     result: dict[str, Any] = {"python": sys.version.split()[0], "stand_ins": {},
-                              "modules": {}}
-    stand = StandIn(stand_ins)
+                              "modules": {}, "absent": sorted(absent or [])}
+    stand = StandIn([s for s in stand_ins if s not in (absent or [])])
     sys.meta_path.insert(0, stand)
+    sys.meta_path.insert(0, Absent(absent or []))
     asked: list[str] = []
     if op_namespaces:
         stub_ops(op_namespaces, asked)
@@ -181,8 +198,17 @@ def probe(modules: list[str], stand_ins: list[str], platform: str | None,
             platforms.current_platform = platform_cls()
             result["platform"] = platform + (f" (compute capability {capability})"
                                              if capability else "")
-        except Exception as exc:  # reported; the modules are still imported
+        except Exception as exc:  # noqa: BLE001 (whatever the platform's import raises)
+            # On the box vLLM resolves this platform as it is first used: every module that
+            # uses vLLM fails there as this did (without it, vLLM's own detection finds no
+            # GPU here and everything imports).
             result["platform"] = f"not set: {type(exc).__name__}: {exc}"
+            for name in modules:
+                result["modules"][name] = {
+                    "status": "error", "guarded": [], "at": _origin(exc),
+                    "error": f"the platform {platform} does not import: "
+                             f"{type(exc).__name__}: {exc}"[:500]}
+            modules = []
     for name in modules:
         before = len(gate.tried)
         entry: dict[str, Any]
@@ -218,7 +244,8 @@ def probe(modules: list[str], stand_ins: list[str], platform: str | None,
 def _origin(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     outside = [f for f in frames if "importlib" not in f.filename
-               and not f.filename.startswith("<frozen")]
+               and not f.filename.startswith("<frozen")
+               and Path(f.filename).name != "import_probe.py"]
     last = (outside or frames or [None])[-1]
     return f"{last.filename}:{last.lineno}" if last else "?"
 
@@ -230,12 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stand-in", action="append", default=[])
     parser.add_argument("--stub-ops", action="append", default=[],
                         help="a torch.ops namespace the stood-in extensions register")
+    parser.add_argument("--absent", action="append", default=[],
+                        help="a module to treat as not there (its upload not yet arrived)")
     parser.add_argument("--platform")
     parser.add_argument("--capability", help="the GPU's compute capability the platform "
                         "reports, e.g. 9.0 (Hopper): vLLM asks it at import in places")
     args = parser.parse_args(argv)
     result = probe(args.modules, args.stand_in, args.platform, args.capability,
-                   args.stub_ops)
+                   args.stub_ops, args.absent)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     bad = [m for m, e in result["modules"].items() if e["status"] != "ok"]
     print(f"import_probe: {len(args.modules) - len(bad)} of {len(args.modules)} imported"

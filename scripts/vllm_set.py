@@ -18,7 +18,9 @@ Building (this machine):
        torch: they are stood in for, and vLLM's platform is set to CUDA, so that the Python
        that imports them is traced. A module still missing fails the build; with --grow its
        distribution (from requirements/gpu.lock) is added and the probe repeats until nothing
-       is missing, and the names to add to the list are printed;
+       is missing, and the names to add to the list are printed. Then once per kernel with
+       it absent (needed_at_import): what fails without it, so which units the box needs
+       before vLLM imports;
     3. installs the set for the box (CPython 3.12, manylinux x86_64), strips what a Hopper
        run of a dense model never loads (STRIP_VLLM: other GPUs' kernels, MoE and MLA
        kernels, the Rust frontend; --keep brings some back) and packs it as UNITS, each an
@@ -218,8 +220,10 @@ def box_packages(venv: Path) -> dict[str, str]:
     return {k: v for k, v in flb.parse_image(out).items() if v}
 
 
-def run_probe(venv: Path, site: Path, out: Path) -> dict[str, Any]:
-    """scripts/import_probe.py on PROBE_MODULES in the box venv, the set's ``site`` first."""
+def run_probe(venv: Path, site: Path, out: Path, absent: Sequence[str] = ()
+              ) -> dict[str, Any]:
+    """scripts/import_probe.py on PROBE_MODULES in the box venv, the set's ``site`` first;
+    the ``absent`` modules treated as not there."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(site), VLLM_LOGGING_LEVEL="ERROR",
                TRANSFORMERS_VERBOSITY="error")
@@ -227,6 +231,7 @@ def run_probe(venv: Path, site: Path, out: Path) -> dict[str, Any]:
                "--json", str(out), "--platform", PLATFORM, "--capability", CAPABILITY,
                *(a for s in STAND_INS for a in ("--stand-in", s)),
                *(a for s in OP_NAMESPACES for a in ("--stub-ops", s)),
+               *(a for s in absent for a in ("--absent", s)),
                *(m for m, _ in PROBE_MODULES)]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if not out.is_file():
@@ -291,6 +296,30 @@ def probe_set(names: list[str], lock: dict[str, str], venv: Path, work: Path,
             names.append(dist)
             added[dist] = why
     raise RuntimeError(f"the probe still misses packages after {rounds} rounds: {history[-1]}")
+
+
+def unit_of(module: str) -> str | None:
+    """The unit that carries ``module`` (a native extension: its path names it), if any."""
+    stem = module.replace(".", "/") + "."
+    return next((u.name for u in UNITS if any(p.startswith(stem) for p in u.paths)), None)
+
+
+def needed_at_import(venv: Path, site: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """For each stood-in extension: the probe again with it absent, as on a box where its
+    unit has not arrived. A stand-in hides whether the Python needs it: on the lent H100
+    vLLM did not import without the core kernels (an unguarded import), nor verl's vLLM
+    server without FlashAttention (in a try block whose handler raises anyway)."""
+    needed = {}
+    for module in STAND_INS:
+        result = run_probe(venv, site, work / f"probe-without-{module}.json", [module])
+        failed = {m: e for m, e in result["modules"].items() if e["status"] != "ok"}
+        first = next(iter(failed.items()), None)
+        needed[module] = {
+            "unit": unit_of(module), "failed": sorted(failed), "of": len(result["modules"]),
+            "first": None if first is None else
+            f"{first[0]}: {first[1].get('error') or first[1].get('message')} at "
+            f"{_short(first[1].get('at') or first[1].get('by') or '?')}"}
+    return needed
 
 
 def deferred_imports(files: Sequence[str], roots: Sequence[str] = ("vllm", "verl")
@@ -578,6 +607,12 @@ def build(args: argparse.Namespace) -> int:
         print("FAIL: the probe does not import everything (above)")
         _write(args, report, start)
         return 1
+    needed = needed_at_import(venv, args.work / "vllm-probe", args.work)
+    report["needed_at_import"] = needed
+    for module, n in needed.items():
+        print(f"without {module} ({n['unit']}): "
+              + (f"{len(n['failed'])} of {n['of']} probe modules fail to import, e.g. "
+                 f"{n['first']}" if n["failed"] else f"all {n['of']} probe modules import"))
     if args.probe_only:
         _write(args, report, start)
         return 0
@@ -624,6 +659,12 @@ def build(args: argparse.Namespace) -> int:
     for u in units:
         print(f"  {u['unit']} ({u['bytes'] / MiB:.1f} MiB) in {', '.join(u['pieces'])}: "
               f"{u['enables']}")
+    before = ["vllm-python.txz", *sorted({n["unit"] for n in needed.values() if n["failed"]},
+                                         key=_unit_order)]
+    last = max((Path(p).parent.name for u in units if u["unit"] in before for p in u["pieces"]),
+               key=lambda folder: int(folder[1:]))
+    print(f"verl's vLLM rollout imports once {', '.join(before)} are there: from upload "
+          f"{last} on")
     report.update(installed_bytes=installed, stripped=stripped, units=units, uploads=rows,
                   within_cap=ok, tree=tree)
     _write(args, report, start)

@@ -95,6 +95,55 @@ def test_a_native_extension_that_cannot_load_is_stood_in_and_what_imports_it_tra
     assert stood["modules"]["kern.ops"]["module"] == "not_on_this_box_xyz"
 
 
+def test_an_extension_probed_as_absent_shows_whether_the_python_needs_it(tmp_path) -> None:
+    """A stand-in makes every importer look fine; absent, as on a box whose upload with it
+    has not arrived, the importers that need it fail: unguarded, or guarded by a handler
+    that raises anyway (vLLM's FlashAttention on the lent H100), and the optional one not."""
+    site = tmp_path / "site"
+    _write(site / "kern/__init__.py", "")
+    _write(site / "kern/_C.abi3.so", b"\x7fELF not really a shared object")
+    _write(site / "kern/plain.py", "from kern import _C\n")
+    _write(site / "kern/strict.py", "try:\n    from kern import _C\nexcept ImportError:\n"
+           "    raise ImportError('kern needs its kernels')\n")
+    _write(site / "kern/optional.py", "try:\n    from kern import _C\nexcept ImportError:\n"
+           "    _C = None\n")
+    modules = ["kern.plain", "kern.strict", "kern.optional"]
+    stood = _probe(site, tmp_path / "a.json", "--stand-in", "kern._C", *modules)
+    assert {m: e["status"] for m, e in stood["modules"].items()} == dict.fromkeys(modules, "ok")
+    absent = _probe(site, tmp_path / "b.json", "--stand-in", "kern._C", "--absent", "kern._C",
+                    *modules)
+    assert absent["absent"] == ["kern._C"] and "kern._C" not in absent["stand_ins"]
+    status = {m: e["status"] for m, e in absent["modules"].items()}
+    assert status == {"kern.plain": "error", "kern.strict": "error", "kern.optional": "ok"}
+    assert "kern needs its kernels" in absent["modules"]["kern.strict"]["error"]
+    assert absent["modules"]["kern.plain"]["at"].endswith("kern/plain.py:1")
+
+
+def test_a_platform_that_needs_an_absent_extension_fails_every_module(tmp_path) -> None:
+    # vLLM's CUDA platform imports its core kernels unguarded; unset, vLLM's own detection
+    # finds no GPU here and everything would import, as it did not on the lent H100.
+    site = tmp_path / "site"
+    _write(site / "vllm/__init__.py", "")
+    _write(site / "vllm/platforms/__init__.py", "current_platform = None\n")
+    _write(site / "vllm/platforms/cuda.py", "import vllm._C\nclass CudaPlatform:\n    pass\n")
+    _write(site / "vllm/_C.abi3.so", b"\x7fELF not really a shared object")
+    _write(site / "uses_vllm.py", "import vllm.platforms\n")
+    args = ["--stand-in", "vllm._C", "--platform", "vllm.platforms.cuda.CudaPlatform"]
+    stood = _probe(site, tmp_path / "a.json", *args, "uses_vllm")
+    assert stood["modules"]["uses_vllm"]["status"] == "ok", stood
+    absent = _probe(site, tmp_path / "b.json", *args, "--absent", "vllm._C", "uses_vllm")
+    entry = absent["modules"]["uses_vllm"]
+    assert entry["status"] == "error"
+    assert "the platform vllm.platforms.cuda.CudaPlatform does not import" in entry["error"]
+    assert entry["at"].endswith("vllm/platforms/cuda.py:1")
+
+
+def test_each_stood_in_extension_belongs_to_a_unit() -> None:
+    assert {m: vs.unit_of(m) for m in vs.STAND_INS} == {
+        "vllm._C_stable_libtorch": "vllm-core-kernels.txz",
+        "vllm.vllm_flash_attn._vllm_fa3_C": "vllm-fa3.txz"}
+
+
 def test_imports_inside_functions_are_listed_with_where(tmp_path) -> None:
     site = tmp_path / "site"
     file = _write(site / "lib/vllm/x.py", "import os\n\ndef f():\n    import blake3\n"
