@@ -236,8 +236,8 @@ def verdict_line(verdict: dict[str, Any]) -> str:
     parts = []
     for name, result in verdict["rungs"].items():
         status = result["status"]
-        if status == "FAIL":
-            status = f"FAIL(rc {result.get('rc')}: {(result.get('tail') or [''])[-1][:80]})"
+        if status == "FAIL":  # (80 characters cut the module's name off an error on the box)
+            status = f"FAIL(rc {result.get('rc')}: {(result.get('tail') or [''])[-1][:160]})"
         parts.append(f"{name}={status}")
     return f"FIRST-LIGHT {' '.join(parts)} ({verdict.get('seconds')} s)"
 
