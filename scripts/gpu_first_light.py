@@ -110,8 +110,8 @@ IMPORTS = ["torch", "transformers", "tokenizers", "peft", "accelerate", "numpy",
 
 def unpack_bundles(bundles: Path, site: Path) -> list[str]:
     """Unpack every first-light ``bundles/*/*.txz`` into ``site`` once (a marker per
-    archive). The vLLM set's units are vllm_set.receive's: unpacked here too, each was
-    unpacked twice on the lent H100."""
+    archive). The vLLM set's units are left to vllm_set.receive: unpacked here as well,
+    each was unpacked twice on the lent H100."""
     done = []
     for archive in sorted(bundles.glob("*/*.txz")):
         if re.fullmatch(vllm_set.UNIT_FILE, archive.name):
