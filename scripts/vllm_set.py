@@ -130,8 +130,8 @@ class Unit:
 # On the box nothing of vLLM imports before all three of the first units are there (the
 # lent H100, 2026-11-28): vllm/platforms/cuda.py imports _C_stable_libtorch unguarded, and
 # verl's vLLM server reaches vllm.vllm_flash_attn (vllm.lora -> mm_encoder_attention ->
-# fa_utils), which raises ImportError without an FA2 or FA3 extension. The probe stands
-# both in, so it saw neither; the uploads are one set, not steps.
+# fa_utils), which raises ImportError without an FA2 or FA3 extension. The stand-ins hid
+# both (needed_at_import finds them now); the uploads are one set, not steps.
 UNITS = [
     Unit("vllm-python.txz", (), "vLLM's Python and its dependencies (nothing of vLLM "
          "imports on a GPU before the core kernels are there)"),
