@@ -171,13 +171,14 @@ def stub_ops(namespaces: list[str], asked: list[str]) -> None:
 def probe(modules: list[str], stand_ins: list[str], platform: str | None,
           capability: str | None = None, op_namespaces: list[str] | None = None,
           absent: list[str] | None = None) -> dict[str, Any]:
+    absent = absent or []
     gate = Recorder()
     sys.meta_path.append(gate)
     result: dict[str, Any] = {"python": sys.version.split()[0], "stand_ins": {},
-                              "modules": {}, "absent": sorted(absent or [])}
-    stand = StandIn([s for s in stand_ins if s not in (absent or [])])
+                              "modules": {}, "absent": sorted(absent)}
+    stand = StandIn(stand_ins)
     sys.meta_path.insert(0, stand)
-    sys.meta_path.insert(0, Absent(absent or []))
+    sys.meta_path.insert(0, Absent(absent))  # ahead of the stand-ins: absent wins
     asked: list[str] = []
     if op_namespaces:
         stub_ops(op_namespaces, asked)
