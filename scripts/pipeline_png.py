@@ -29,6 +29,8 @@ from urllib.parse import urlencode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
+# The PNG text chunk that says what the picture draws (:func:`drawn`).
+DRAWN_KEY = "kedro-pipeline"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -48,6 +50,16 @@ def build(project: Path, env: str | None, folder: Path) -> Path:
     finally:
         os.chdir(cwd)
     return folder / "build"
+
+
+def drawn(pipeline: str) -> str:
+    """What a picture of the registered ``pipeline`` shows, as JSON: its task nodes and its
+    datasets and parameters, sorted (the project must be bootstrapped: :func:`build`)."""
+    from kedro.framework.project import pipelines
+
+    graph = pipelines[pipeline]
+    return json.dumps({"pipeline": pipeline, "nodes": sorted(n.name for n in graph.nodes),
+                       "data": sorted(graph.all_inputs() | graph.all_outputs())})
 
 
 def preset(site: Path, settings: dict) -> None:
@@ -106,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "docs/images/pipeline.png")
     parser.add_argument("--project", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--theme", choices=["light", "dark"], default="light")
-    parser.add_argument("--window", default="1700x1500", help="browser window, WIDTHxHEIGHT")
+    # Tall enough for the whole default pipeline (every stage's tag and registry nodes) at a
+    # zoom whose labels stay legible once scaled to --width.
+    parser.add_argument("--window", default="1900x2400", help="browser window, WIDTHxHEIGHT")
     parser.add_argument("--width", type=int, default=1600, help="final width in pixels at most")
     parser.add_argument("--wait-ms", type=int, default=15000,
                         help="browser time for the UI to lay the graph out")
@@ -130,11 +144,20 @@ def main(argv: list[str] | None = None) -> int:
             screenshot(f"{url}?{query}", raw, window, args.wait_ms, tmp / "chromium")
         finally:
             server.shutdown()
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         # Keep the picture as the browser drew it, scaled down to at most --width pixels wide,
         # as an 8-bit palette PNG (a fraction of the size, no visible loss on a flat UI).
         subprocess.run(["convert", str(raw), "-resize", f"{args.width}x>", "-strip",
-                        "-colors", "256", f"PNG8:{args.output}"], check=True)
+                        "-colors", "256", f"PNG8:{tmp / 'small.png'}"], check=True)
+        # What it draws goes in as a text chunk (convert's -strip drops its own), so that a
+        # test can tell a picture drawn before the pipeline changed (tests/test_viz.py).
+        from PIL import Image, PngImagePlugin
+
+        from rl_pipeline.runs.staging import staged
+
+        text = PngImagePlugin.PngInfo()
+        text.add_text(DRAWN_KEY, drawn(args.pipeline))
+        with Image.open(tmp / "small.png") as image, staged(args.output) as staging:
+            image.save(staging, format="PNG", pnginfo=text, optimize=True)
     print(f"{args.output}: {args.pipeline} ({args.env}), {args.output.stat().st_size // 1024} KiB")
     return 0
 

@@ -11,6 +11,7 @@ kedro-viz's own part is under a second.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -110,3 +111,21 @@ def test_datasets_carry_their_catalog_types_and_nodes_their_parameters(graphs):
     train = by_name(graph, "task")["train_model_node"]
     assert train["parameters"]["train"]["engine"] == "trl"
     assert train["parameters"]["train"]["trl"]["max_steps"] == 40  # conf/cpu: 40, base: -1
+
+
+def test_the_readmes_picture_draws_the_default_pipeline_as_it_is(project):
+    """docs/images/pipeline.png carries what it drew (scripts/pipeline_png.py writes it in
+    a text chunk): a node or dataset added since makes it stale, and this says how to redraw
+    it."""
+    from PIL import Image
+
+    from tests.conftest import load_script
+
+    key = load_script("pipeline_png").DRAWN_KEY
+    with Image.open(PROJECT_ROOT / "docs/images/pipeline.png") as image:
+        drawn = json.loads(image.info.get(key, "null") or "null")
+    pipeline = project["__default__"]
+    now = {"pipeline": "__default__", "nodes": sorted(n.name for n in pipeline.nodes),
+           "data": sorted(pipeline.all_inputs() | pipeline.all_outputs())}
+    assert drawn == now, ("docs/images/pipeline.png does not draw the default pipeline as it "
+                          "is now: redraw it with `make viz-png`")
