@@ -145,8 +145,10 @@ def test_a_damaged_gguf_file_is_named_and_leaves_nothing_resolved(tmp_path, dama
 
 
 @pytest.mark.slow
-def test_gguf_file_is_converted_to_safetensors(tmp_path) -> None:
-    resolved = resolve_model(SMOLLM2_GGUF, tmp_path / "out")
+def test_gguf_file_is_converted_to_safetensors(resolved_cache) -> None:
+    # Into the session's cache, as the fixtures and kedro runs resolve it: converted here, or
+    # earlier in the session by the same call (half a minute on 2 cores, not paid twice).
+    resolved = resolve_model(SMOLLM2_GGUF, resolved_cache)
     assert (resolved.path / "model.safetensors").is_file()
     assert resolved.metadata["rule"] == "gguf_file"
     assert resolved.metadata["parameters"] == 134_515_008  # SmolLM2-135M
@@ -159,7 +161,7 @@ def test_gguf_file_is_converted_to_safetensors(tmp_path) -> None:
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.bos_token == "<|im_start|>"
     assert tokenizer.eos_token_id == config["eos_token_id"] == 2
     assert tokenizer.pad_token_id == config["pad_token_id"]
-    again = resolve_model(SMOLLM2_GGUF, tmp_path / "out")  # cached: no second conversion
+    again = resolve_model(SMOLLM2_GGUF, resolved_cache)  # cached: no second conversion
     assert again.metadata["fingerprint"] == resolved.metadata["fingerprint"]
 
 
