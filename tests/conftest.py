@@ -28,17 +28,19 @@ RAY_MODULES = ["tests/gpu_boundary/test_ray_cluster_run.py", "tests/engines/verl
                "tests/engines/verl/test_collective.py",
                "tests/gpu_boundary/test_verl_driver.py"]
 # The longest of the other modules, longest first (seconds of a run with each worker on a
-# core of its own, 2026-11-28): handed out first, so that the two workers finish together
-# (longest-processing-time-first). Re-measure with `make test ARGS=--durations=0`.
-LONGEST_MODULES = ["tests/test_run.py",  # 323
-                   "tests/test_faults.py",  # 287
-                   "tests/gpu_boundary/test_vllm_args.py",  # 78
-                   "tests/test_scheduling.py",  # 77
-                   "tests/engines/verl/test_engine.py",  # 54
-                   "tests/test_gpu_kit.py",  # 54
-                   "tests/test_user_errors.py",  # 53
-                   "tests/test_gpu_first_light.py",  # 52
-                   "tests/test_first_session.py"]  # 49
+# core of its own, 2026-11-28, a slow day): handed out first, so that the two workers finish
+# together (longest-processing-time-first). Re-measure with `make test ARGS=--durations=0`.
+LONGEST_MODULES = ["tests/test_run.py",  # 394
+                   "tests/test_faults.py",  # 320
+                   "tests/gpu_boundary/test_vllm_args.py",  # 102
+                   "tests/test_scheduling.py",  # 92
+                   "tests/engines/verl/test_host.py",  # 68
+                   "tests/test_gpu_kit.py",  # 65
+                   "tests/engines/verl/test_engine.py",  # 60
+                   "tests/test_user_errors.py",  # 56
+                   "tests/test_first_session.py",  # 56
+                   "tests/test_gpu_first_light.py",  # 53
+                   "tests/test_hardware_configs.py"]  # 49
 
 
 @pytest.fixture(autouse=True)
