@@ -319,7 +319,8 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
             "truncated"} <= set(table["columns"])
     assert all(r["prompt"].startswith("What is") for r in rows)
     for key in ("truncation_rate", "repetition_rate", "no_reasoning_rate", "count",
-                "reward_error/mean", "reward_timeout/mean"):
+                "reward_error/mean", "reward_timeout/mean", "reward/std", "reward/min",
+                "reward/max"):
         assert [m.step for m in client.get_metric_history(
             train.info.run_id, f"train/{PREFIX}{key}")] == [1, 2], key
     # Every completion of a step is counted: conf/cpu's batch, 3 prompts x 4.

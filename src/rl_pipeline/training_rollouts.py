@@ -13,6 +13,7 @@ trainer`, reading verl's TransferQueue). :func:`step_metrics` gives the numbers 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,18 +56,23 @@ def step_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
     metrics.DEGENERATION`), the mean of each reward part, and the rollouts counted.
 
     Names are :data:`PREFIX` + ``truncation_rate``, ``repetition_rate``, ``no_reasoning_rate``,
-    ``count`` and ``<part>/mean``; the judge's parts (its tokens, unparsed replies, cache
-    hits) also as ``<part>/sum``.
+    ``count``, ``reward/std``, ``reward/min``, ``reward/max`` (the reward curve's band) and
+    ``<part>/mean``; the judge's parts (its tokens, unparsed replies, cache hits) also as
+    ``<part>/sum``.
     """
     if not rollouts:
         return {}
     n = len(rollouts)
+    rewards = [float(r.reward) for r in rollouts if math.isfinite(r.reward)]
     metrics = {
         "truncation_rate": sum(r.truncated for r in rollouts) / n,
         "repetition_rate": sum(is_repetitive(r.response) for r in rollouts) / n,
         "no_reasoning_rate": sum(has_no_reasoning(r.response) for r in rollouts) / n,
         "count": float(n),
     }
+    if rewards:  # the reward curve's band: the spread, and the values it reached
+        metrics.update({"reward/std": statistics.pstdev(rewards), "reward/min": min(rewards),
+                        "reward/max": max(rewards)})
     for part in sorted({p for r in rollouts for p in r.parts}):
         values = [r.parts[part] for r in rollouts if part in r.parts]
         finite = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 from kedro.runner import SequentialRunner
 
-from rl_pipeline.engines.base import Engine, Preflight, TrainRun
+from rl_pipeline.engines.base import (
+    BAND_MAX,
+    BAND_MIN,
+    BAND_STD,
+    Engine,
+    Preflight,
+    TrainRun,
+    reward_curve,
+)
 from rl_pipeline.engines.lookup import choose_engine, get_engine
 from rl_pipeline.params.train import ENGINES, TrainParams
 from rl_pipeline.pipelines.train import create_pipeline
@@ -91,3 +99,19 @@ def test_engine_choice(engine, gpus, expected) -> None:
     if expected is None:  # auto with a GPU: verl only where vLLM is installed
         expected = "verl" if importlib.util.find_spec("vllm") else "trl"
     assert chosen == expected and engine in why
+
+
+def _band(figure) -> tuple[float, float]:
+    (band,) = figure.axes[0].collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    return float(ys.min()), float(ys.max())
+
+
+def test_the_reward_curves_band_stays_within_the_rewards_each_step_reached() -> None:
+    """A 0/1 reward right 9 times in 10: mean 0.9, std 0.3; mean + std would be 1.2."""
+    step = {"step": 1, "reward": 0.9, "reward_std": 0.3}
+    band = {BAND_STD: 0.3, BAND_MIN: 0.0, BAND_MAX: 1.0}
+    assert _band(reward_curve([{**step, **band}, {**step, **band, "step": 2}], "trl")) == \
+        pytest.approx((0.6, 1.0))
+    # A history without our band (a run logged before it): TRL's reward_std, as logged.
+    assert _band(reward_curve([step, {**step, "step": 2}], "trl")) == pytest.approx((0.6, 1.2))

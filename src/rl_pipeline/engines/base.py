@@ -21,6 +21,10 @@ from matplotlib.figure import Figure
 
 from rl_pipeline.engines.work import StepWork
 from rl_pipeline.params import DataParams, RewardParams, TrainParams
+from rl_pipeline.training_rollouts import PREFIX
+
+# The history keys of the reward curve's band (both engines log them each step).
+BAND_STD, BAND_MIN, BAND_MAX = (PREFIX + f"reward/{stat}" for stat in ("std", "min", "max"))
 
 
 @dataclass(frozen=True)
@@ -106,16 +110,23 @@ class Engine(ABC):
 
 
 def reward_curve(history: list[dict[str, float]], engine: str) -> Figure:
-    """Mean reward per logged step, with a band of one standard deviation."""
+    """Mean reward per logged step, with a band of one standard deviation that stays within
+    the step's lowest and highest reward (unclipped, a 0/1 reward's band would reach beyond
+    0 and 1, where no sample lies). The spread is :func:`~rl_pipeline.training_rollouts.
+    step_metrics`'s, over the step's rollouts; TRL's own ``reward_std`` where a history has
+    none (a run logged before it)."""
     figure = Figure(figsize=(7, 4))
     axes = figure.subplots()
     rows = [h for h in history if "reward" in h]
     if rows:
         steps = np.array([h["step"] for h in rows])
         mean = np.array([h["reward"] for h in rows])
-        std = np.array([h.get("reward_std", 0.0) for h in rows])
+        std = np.array([h.get(BAND_STD, h.get("reward_std", 0.0)) for h in rows])
+        low = np.array([h.get(BAND_MIN, -np.inf) for h in rows])
+        high = np.array([h.get(BAND_MAX, np.inf) for h in rows])
         axes.plot(steps, mean, marker="o", label="mean reward")
-        axes.fill_between(steps, mean - std, mean + std, alpha=0.2, label="± std")
+        axes.fill_between(steps, np.maximum(mean - std, low), np.minimum(mean + std, high),
+                          alpha=0.2, label="± std, within the step's min and max")
         axes.legend()
     else:
         axes.text(0.5, 0.5, "no reward logged", ha="center", va="center")

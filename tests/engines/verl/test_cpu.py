@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from rl_pipeline.engines.base import BAND_MAX, BAND_MIN, BAND_STD
 from rl_pipeline.engines.forecast import FIRST_STEP_METRIC
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.agreement import agreement_report
@@ -254,7 +255,7 @@ def one_rank(cpu_bed) -> dict:
     assert rerun.wait(timeout=600) == 0, Path(f"{second}.log").read_text()[-3000:]
     return {"checkpoints": checkpoints, "killed_at": killed_at, "first_run": first_run,
             "second_run": second_run, "log": Path(f"{second}.log").read_text(),
-            "summary": json.loads(Path(f"{second}.out.json").read_text())["summary"]}
+            **json.loads(Path(f"{second}.out.json").read_text())}  # summary, history
 
 
 @pytest.mark.slow
@@ -309,6 +310,12 @@ def test_verl_trains_on_a_cpu_survives_a_kill_and_its_adapter_merges(cpu_bed, on
                 "rollouts/reward_error/mean", "rollouts/reward_timeout/mean"):
         assert set(_history(cpu_bed["tracking_uri"], second_run, key)) == \
             set(range(killed_at + 1, steps + 1)), key
+    # The reward curve's history: verl's mean score per step, within our trainer's band.
+    history = one_rank["history"]
+    assert [h["step"] for h in history] == list(range(killed_at + 1, steps + 1))
+    for h in history:
+        assert h[BAND_MIN] - 1e-6 <= h["reward"] <= h[BAND_MAX] + 1e-6, h  # float32 mean
+        assert h[BAND_STD] >= 0, h
     assert set(_history(cpu_bed["tracking_uri"], second_run,
                         "rollouts/reward_error/mean").values()) == {0.0}
     # The same tokens scored again: the rollout is the float32 policy of the adapter it held.

@@ -14,7 +14,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rl_pipeline.engines.base import Engine, Preflight, TrainRun, TrainSetup
+from rl_pipeline.engines.base import (
+    BAND_MAX,
+    BAND_MIN,
+    BAND_STD,
+    Engine,
+    Preflight,
+    TrainRun,
+    TrainSetup,
+)
 from rl_pipeline.engines.verl.checkpoint import export_result, latest_step
 from rl_pipeline.engines.verl.config import (
     TRAINER_SETTINGS,
@@ -192,11 +200,18 @@ def check_step_count(checkpoints: Path, planned: int, resumed_from: int) -> None
 
 
 def _reward_history(run_id: str) -> list[dict[str, float]]:
+    """The run's reward per step as :func:`~rl_pipeline.engines.base.reward_curve` reads it:
+    verl's mean sequence score (``critic/score/mean``, GRPO's included) and our trainer's
+    spread of the step's rewards."""
     import mlflow
 
-    # verl logs its mean sequence score per step as critic/score/mean (GRPO included).
-    mean = mlflow.MlflowClient().get_metric_history(run_id, "critic/score/mean")
-    return [{"step": m.step, "reward": m.value} for m in sorted(mean, key=lambda m: m.step)]
+    client = mlflow.MlflowClient()
+    steps: dict[int, dict[str, float]] = {}
+    for metric, key in (("critic/score/mean", "reward"), (BAND_STD, BAND_STD),
+                        (BAND_MIN, BAND_MIN), (BAND_MAX, BAND_MAX)):
+        for m in client.get_metric_history(run_id, metric):
+            steps.setdefault(m.step, {"step": m.step})[key] = m.value
+    return [row for _, row in sorted(steps.items()) if "reward" in row]
 
 
 class VerlEngine(Engine):
