@@ -127,7 +127,8 @@ def reward_curve(history: list[dict[str, float]], engine: str) -> Figure:
         axes.plot(steps, mean, marker="o", label="mean reward")
         axes.fill_between(steps, np.maximum(mean - std, low), np.minimum(mean + std, high),
                           alpha=0.2, label="± std, within the step's min and max")
-        axes.legend()
+        # Below the axes: a reward that swings from step to step leaves no empty corner.
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
     else:
         axes.text(0.5, 0.5, "no reward logged", ha="center", va="center")
     axes.set_xlabel("step")
