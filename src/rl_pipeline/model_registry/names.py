@@ -18,6 +18,10 @@ PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted 
 REASONS_TAG = "promote.reasons"
 EVAL_RUN_TAG = "eval.run_id"  # the eval run whose evidence a version carries
 QUICK_CHECK_TAG = "eval.quick_check"  # "true": that eval answered some prompts only
+# The earlier versions whose weight files all have this version's SHA-256s (a merge rerun
+# of an unchanged training result), comma-separated.
+SAME_WEIGHTS_TAG = "same_weights_as"
+WEIGHT_TAG_PREFIX = "sha256."  # + a weight file's name: its SHA-256
 TAG_LIMIT = 5000  # MLflow keeps tag values up to 8000 characters
 
 

@@ -14,6 +14,7 @@ from rl_pipeline.model_registry.names import (
     PROMOTED_TAG,
     REASONS_TAG,
     REFUSED_TAG,
+    SAME_WEIGHTS_TAG,
     RegistryError,
     tag_value,
 )
@@ -87,6 +88,12 @@ def promote_candidate(name: str, promote: PromoteParams,
                           f"compares: {', '.join(known)} (a guard may name "
                           f"data_source:metric, sources: "
                           f"{', '.join(sorted(evidence.get('by_data_source', {})))})") from None
+    reasons = list(verdict.reasons)
+    if champion is not None and str(champion.version) in \
+            candidate.tags.get(SAME_WEIGHTS_TAG, "").split(","):
+        reasons.append(f"version {candidate.version} has champion:{champion.version}'s "
+                       "weights (the same SHA-256 for each file): its training result is "
+                       "the champion's")
     registry = client()
     if verdict.promote:
         registry.set_registered_model_alias(name, CHAMPION, candidate.version)
@@ -95,8 +102,8 @@ def promote_candidate(name: str, promote: PromoteParams,
                     reference)
     else:
         registry.set_model_version_tag(name, candidate.version, REFUSED_TAG, reference)
-        logger.info("Not promoted: %s", "; ".join(verdict.reasons))
+        logger.info("Not promoted: %s", "; ".join(reasons))
     registry.set_model_version_tag(name, candidate.version, REASONS_TAG,
-                                   tag_value("; ".join(verdict.reasons)))
+                                   tag_value("; ".join(reasons)))
     return {**decision, "promoted": verdict.promote, "changed": True,
-            "reasons": verdict.reasons, "comparisons": verdict.comparisons}
+            "reasons": reasons, "comparisons": verdict.comparisons}

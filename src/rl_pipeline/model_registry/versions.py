@@ -16,7 +16,9 @@ from rl_pipeline.model_registry.names import (
     PATH_TAG,
     REASONS_TAG,
     REFUSED_TAG,
+    SAME_WEIGHTS_TAG,
     STORAGE_TAG,
+    WEIGHT_TAG_PREFIX,
     RegistryError,
     tag_value,
 )
@@ -64,10 +66,32 @@ def register_merged_model(name: str, folder: str | Path, run_id: str | None,
     source = _log_weights(folder) if copy_weights else _reference(folder, run_id)
     tags = {**{k: tag_value(v) for k, v in tags.items()}, PATH_TAG: stored_path(folder),
             STORAGE_TAG: "mlflow copy" if copy_weights else "catalog reference"}
+    twins = same_weights(name, tags)
+    if twins:
+        tags[SAME_WEIGHTS_TAG] = ",".join(twins)
+        logger.warning("%s: the merged model's weight files are those of version(s) %s "
+                       "(the same SHA-256 for each): the training result is unchanged since. "
+                       "Registered as a new version all the same, tagged %s", name,
+                       ", ".join(twins), SAME_WEIGHTS_TAG)
     version = registry.create_model_version(name, source=source, run_id=run_id, tags=tags,
                                             description=description)
     logger.info("Registered %s version %s (%s)", name, version.version, tags[STORAGE_TAG])
     return version
+
+
+def weight_sums(tags: dict[str, str]) -> dict[str, str]:
+    """The SHA-256 of each weight file, as a version's tags hold them."""
+    return {k: v for k, v in tags.items() if k.startswith(WEIGHT_TAG_PREFIX)}
+
+
+def same_weights(name: str, tags: dict[str, str]) -> list[str]:
+    """The versions of ``name`` whose weight files are the ones ``tags`` describe (the same
+    files, each with the same SHA-256), oldest first; none when ``tags`` name no weights."""
+    sums = weight_sums(tags)
+    if not sums:
+        return []
+    return sorted((str(v.version) for v in client().search_model_versions(f"name='{name}'")
+                   if weight_sums(v.tags) == sums), key=int)
 
 
 def _reference(folder: Path, run_id: str | None) -> str:
@@ -113,7 +137,7 @@ def version_tags(metadata: dict[str, Any], sources: dict[str, str], merge_run_id
         "catalog.version": catalog_version,
         **{k.removeprefix("source."): v for k, v in sources.items()
            if k.startswith("source.") and k.endswith("_version")},
-        **{f"sha256.{file}": digest for file, digest in weights.items()},
+        **{f"{WEIGHT_TAG_PREFIX}{file}": digest for file, digest in weights.items()},
     }
 
 

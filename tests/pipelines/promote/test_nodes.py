@@ -121,6 +121,39 @@ def test_a_candidate_within_noise_of_the_champion_is_refused(store, tiny_model_d
     assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == second
 
 
+def test_a_merge_of_unchanged_weights_is_tagged_with_its_twins_and_promote_says_so(
+        store, tiny_model_dir, caplog) -> None:
+    """A scheduled rerun of merge on a training result that did not change: a new version
+    all the same (eval finds its version by folder), tagged with the versions whose weight
+    files it repeats; a version with other weights is not."""
+    from safetensors.torch import load_file, save_file
+
+    _, first = _published(tiny_model_dir, store, 1)
+    assert "same_weights_as" not in model_registry.client().get_model_version(NAME, first).tags
+    _evaluated(first, "base", _c(0.2, 0.1, 0.3))
+    _promote()
+    changed = _merged(tiny_model_dir, store, 2)
+    weights = load_file(changed / "model.safetensors")
+    weights = {k: v + 1 if i == 0 else v for i, (k, v) in enumerate(weights.items())}
+    save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
+    write_manifest(changed)
+    with mlflow.start_run(run_name="merge"):
+        other = publish_merged_model(str(changed), METADATA, PARAMS)["version"]
+    with caplog.at_level("WARNING"):
+        _, twin = _published(tiny_model_dir, store, 3)
+    tags = {v: model_registry.client().get_model_version(NAME, v).tags
+            for v in (other, twin)}
+    assert "same_weights_as" not in tags[other]
+    assert tags[twin]["same_weights_as"] == first
+    assert f"weight files are those of version(s) {first}" in caplog.text
+    _evaluated(twin, f"champion:{first}", _c(0.0, 0.0, 0.0))
+    decision = _promote()
+    assert decision["promoted"] is False
+    assert decision["reasons"][-1].startswith(f"version {twin} has champion:{first}'s weights")
+    assert decision["reasons"][-1] in model_registry.client().get_model_version(
+        NAME, twin).tags["promote.reasons"]
+
+
 def test_a_guard_beyond_its_tolerance_refuses_a_better_mean(store, tiny_model_dir) -> None:
     _, number = _published(tiny_model_dir, store, 1)
     _evaluated(number, "base", _c(0.2, 0.1, 0.3), truncation=_c(0.1, 0.05, 0.15))
