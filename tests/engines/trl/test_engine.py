@@ -4,6 +4,7 @@ advantages, and its preflight."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from rl_pipeline.engines.base import BAND_MAX, BAND_MIN, BAND_STD
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.trl.export import export_result
 from rl_pipeline.engines.trl.inputs import prompts_dataset
@@ -20,6 +22,7 @@ from rl_pipeline.engines.trl.train import train_trl
 from rl_pipeline.params import ConfigError, RewardParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.training_result import TrainingResult
+from rl_pipeline.training_rollouts import PREFIX
 from tests.conftest import gsm8k_prompts
 
 FAST = {"apply_lora": False, "num_generations": 8, "per_device_train_batch_size": 16,
@@ -51,8 +54,8 @@ def _rewards(checkpoints: Path) -> list[float]:
 @pytest.mark.parametrize("learning_rate", [1e-2, 1e-12], ids=["training", "disabled"])
 def test_grpo_raises_the_mean_reward(tiny_model_dir, digit_reward, tmp_path,
                                      learning_rate) -> None:
-    summary, adapter, _ = _train(tmp_path, tiny_model_dir, digit_reward, max_steps=20,
-                                 save_steps=20, learning_rate=learning_rate)
+    summary, adapter, history = _train(tmp_path, tiny_model_dir, digit_reward, max_steps=20,
+                                       save_steps=20, learning_rate=learning_rate)
     rewards = _rewards(tmp_path / "checkpoints")
     assert summary["steps"] == 20 and len(rewards) == 20
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
@@ -61,6 +64,14 @@ def test_grpo_raises_the_mean_reward(tiny_model_dir, digit_reward, tmp_path,
     # The same assertion must fail when the optimizer cannot move the weights.
     assert improved == (learning_rate > 1e-6), (first, last)
     assert (adapter / "model.safetensors").is_file()  # apply_lora false: the whole model
+    # The reward curve's history: TRL's mean reward per step within the step's rewards.
+    steps = [h for h in history if "reward" in h]
+    assert len(steps) == 20
+    for h in steps:
+        assert h[BAND_MIN] - 1e-6 <= h["reward"] <= h[BAND_MAX] + 1e-6, h
+        n = h[PREFIX + "count"]  # ours over the step's n rewards, TRL's with n - 1
+        assert h[BAND_STD] == pytest.approx(h["reward_std"] * math.sqrt((n - 1) / n),
+                                            abs=1e-6), h
 
 
 # Killed in a child process with SIGKILL after step 3's update (checkpoint-2 is the newest).
