@@ -75,6 +75,8 @@ class TrlReward:
                     for prompt, text, truth, fact, scored in zip(
                         prompts, texts, ground_truth, facts, self.safe.score_batch(samples),
                         strict=True)]
+        # TRL averages each over its processes: on several GPUs reward/min and /max are the
+        # processes' mean of theirs, a band clipped a little tighter than the batch's.
         for name, value in step_metrics(rollouts).items():
             if log_metric is not None:
                 log_metric(name, value)
