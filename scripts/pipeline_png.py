@@ -53,13 +53,17 @@ def build(project: Path, env: str | None, folder: Path) -> Path:
 
 
 def drawn(pipeline: str) -> str:
-    """What a picture of the registered ``pipeline`` shows, as JSON: its task nodes and its
-    datasets and parameters, sorted (the project must be bootstrapped: :func:`build`)."""
+    """What a picture of the registered ``pipeline`` shows, as JSON: its task nodes, its
+    datasets and parameters, and the edges between them, sorted (the project must be
+    bootstrapped: :func:`build`)."""
     from kedro.framework.project import pipelines
 
     graph = pipelines[pipeline]
+    edges = {(data, n.name) for n in graph.nodes for data in n.inputs} | \
+        {(n.name, data) for n in graph.nodes for data in n.outputs}
     return json.dumps({"pipeline": pipeline, "nodes": sorted(n.name for n in graph.nodes),
-                       "data": sorted(graph.all_inputs() | graph.all_outputs())})
+                       "data": sorted(graph.all_inputs() | graph.all_outputs()),
+                       "edges": sorted(f"{a} -> {b}" for a, b in edges)})
 
 
 def preset(site: Path, settings: dict) -> None:

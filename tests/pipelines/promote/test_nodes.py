@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 
 from rl_pipeline import model_registry
@@ -319,14 +320,28 @@ def test_the_champion_answers_only_the_questions_it_was_not_trained_on(
     groups = resolve_followers({"eval": EvalParams(backend="hf", greedy=True),
                                 "data": DataParams.model_validate(data_params),
                                 "reward": RewardParams()})
-    frame, champion = evaluate_champion(prompts, str(candidate), PARAMS, PromoteParams(),
-                                        groups["eval"], groups["data"], groups["reward"], None)
+    frame, champion = evaluate_champion(prompts, str(candidate), pd.DataFrame(), PARAMS,
+                                        PromoteParams(), groups["eval"], groups["data"],
+                                        groups["reward"], None)
     assert (champion["version"], champion["prompts"], champion["trained_on_prompts"]) == (
         number, 2, 2)
     # Its answers sit at the positions of the prompts they answer, beside the candidate's.
     assert list(frame["prompt_index"]) == [1, 3]
     truths = [row["ground_truth"] for row in prompts["reward_model"]]
     assert list(frame["ground_truth"]) == [truths[1], truths[3]]
+    assert set(frame["model"]) == {"champion"}
+
+    # The candidate has the champion's weights (the same model.safetensors): with the
+    # candidate's answers at hand, the champion's are those, on its held-out prompts, and
+    # nothing is generated (the answers given here are no model's).
+    trained = frame.assign(model="trained", response="#### 7")
+    trained = pd.concat([trained, trained.assign(prompt_index=[0, 2])], ignore_index=True)
+    reused, champion = evaluate_champion(prompts, str(candidate), trained, PARAMS,
+                                         PromoteParams(), groups["eval"], groups["data"],
+                                         groups["reward"], None)
+    assert champion["answers_of"] == "trained" and champion["prompts"] == 2
+    assert list(reused["prompt_index"]) == [1, 3] and set(reused["model"]) == {"champion"}
+    assert set(reused["response"]) == {"#### 7"}
 
 
 def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eval(

@@ -31,7 +31,7 @@ from rl_pipeline.evaluation.report import (
 from rl_pipeline.evaluation.scoring import eval_reward, score_generations
 from rl_pipeline.evaluation.verdict import eval_verdict
 from rl_pipeline.merge import MERGE_METADATA
-from rl_pipeline.model_card import MANIFEST, check_manifest
+from rl_pipeline.model_card import MANIFEST, check_manifest, read_manifest, weight_files
 from rl_pipeline.models.identity import check_trained_from
 from rl_pipeline.models.resolve import METADATA_FILE
 from rl_pipeline.params import ConfigError, DataParams, EvalParams, RewardParams
@@ -132,13 +132,15 @@ def evaluate_trained(prompts: pd.DataFrame, merged_model: str | None, eval_param
     return _evaluate(prompts, merged_model, "trained", eval_params, data, reward, ray_address)
 
 
-def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
+def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None, trained: pd.DataFrame,
                       registry_params: RegistryParams, promote: PromoteParams,
                       eval_params: EvalParams, data: DataParams, reward: RewardParams,
                       ray_address: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The champion's answers on the same prompts: the promotion gate's reference, paired
     with the trained model's. Empty when there is no champion, when ``promote.reference`` is
-    base, or when the model evaluated is the champion.
+    base, or when the model evaluated is the champion. A champion with the trained model's
+    weights (a rerun of an unchanged training result) answers with the trained model's
+    answers, ``trained``, rather than generating them again.
 
     Returns:
         The champion's scored generations, and which version it is (``champion_model``).
@@ -158,12 +160,30 @@ def evaluate_champion(prompts: pd.DataFrame, merged_model: str | None,
                                                       f"{champion.version})",
                                 "Compare the trained model with the base model instead: "
                                 "promote.reference=base")
+    facts = {"name": name, "version": str(champion.version), "path": str(folder),
+             "prompts": len(held_out), "trained_on_prompts": len(prompts) - len(held_out)}
+    if not trained.empty and _same_weights(folder, merged_model):
+        logger.info("The champion (version %s) has the trained model's weights (the same "
+                    "SHA-256 for each weight file): its answers are the trained model's, not "
+                    "generated again", champion.version)
+        frame = trained[trained["prompt_index"].isin(held_out.index)]
+        return (frame.assign(model="champion").reset_index(drop=True),
+                {**facts, "answers_of": "trained"})
     frame = _evaluate(held_out.reset_index(drop=True), str(folder), "champion", eval_params,
                       data, reward, ray_address)
     # Back to the positions in ``prompts``, where the trained model's answers are.
     frame["prompt_index"] = held_out.index.to_numpy()[frame["prompt_index"].to_numpy()]
-    return frame, {"name": name, "version": str(champion.version), "path": str(folder),
-                   "prompts": len(held_out), "trained_on_prompts": len(prompts) - len(held_out)}
+    return frame, facts
+
+
+def _same_weights(champion: Path, merged_model: str) -> bool:
+    """Whether both folders' manifests list the same weight files with the same SHA-256
+    (both were checked against their manifests before: the champion by
+    :func:`~rl_pipeline.model_registry.model_folder`, the merged model by
+    :func:`evaluate_trained`)."""
+    if not (Path(merged_model) / MANIFEST).is_file():
+        return False
+    return weight_files(read_manifest(champion)) == weight_files(read_manifest(merged_model))
 
 
 def summarize_eval(

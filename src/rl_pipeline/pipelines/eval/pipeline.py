@@ -37,8 +37,8 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=evaluate_champion,
-            inputs=["eval_prompts", "merged_model", "params:registry", "params:promote",
-                    *_SETTINGS],
+            inputs=["eval_prompts", "merged_model", "trained_scored", "params:registry",
+                    "params:promote", *_SETTINGS],
             outputs=["champion_scored", "champion_model"],
             name="evaluate_champion_node",
         ),
