@@ -103,3 +103,36 @@ def test_model_folder_on_a_full_disk_fails_clearly(tmp_path: Path) -> None:
         assert (Path(folder().load()) / "config.json").read_text() == "{}"
         assert (source / "model.safetensors").is_file()  # the unsaved model is still there
         assert not list(disk.rglob("*.partial"))
+
+
+def test_a_session_loads_what_it_saved_when_a_run_beside_it_saved_a_newer_version(
+        tmp_path: Path) -> None:
+    """Two merges by hand, side by side: the one that started first (its session's version
+    the older) saves last. Its publish node reads back merged_model and must get its own
+    folder, not the other run's newer one, which it would register as its own model. A
+    later session loads the newest; a load version given by the user is kept."""
+    early, late = "2026-01-01T02.00.00.000Z", "2026-01-01T02.01.00.000Z"
+    target = tmp_path / "merged_model"
+
+    def model(name: str) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(f'{{"run": "{name}"}}')
+        return str(tmp_path / name)
+
+    first = ModelFolderDataset(path=str(target), version=Version(None, early))
+    second = ModelFolderDataset(path=str(target), version=Version(None, late))
+    second.save(model("second"))
+    first.save(model("first"))
+    assert '"first"' in (Path(first.load()) / "config.json").read_text()
+    assert '"second"' in (Path(second.load()) / "config.json").read_text()
+    assert Path(ModelFolderDataset(path=str(target), version=Version(None, None)).load()
+                ).parent.name == late
+    pinned = ModelFolderDataset(path=str(target), version=Version(late, early))
+    assert Path(pinned.load()).parent.name == late
+
+    table = tmp_path / "prompts.parquet"
+    older = ParquetDataset(filepath=str(table), version=Version(None, early))
+    ParquetDataset(filepath=str(table), version=Version(None, late)).save(
+        pd.DataFrame({"a": [2]}))
+    older.save(pd.DataFrame({"a": [1]}))
+    assert list(older.load()["a"]) == [1]

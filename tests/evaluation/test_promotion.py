@@ -44,6 +44,40 @@ def test_a_loss_beyond_the_interval_is_refused_as_a_loss() -> None:
                                 "beyond the paired 95% interval"]
 
 
+def test_a_metric_that_is_better_lower_must_fall_beyond_its_interval() -> None:
+    """promote.metric=mean_response_tokens promoted a model whose answers grew 85 tokens."""
+    longer = decide_promotion(_evidence(mean_response_tokens=_c(85, 60, 110)),
+                              "mean_response_tokens", NO_GUARDS)
+    assert not longer.promote
+    assert longer.reasons == ["mean_response_tokens: +85 [+60, +110] vs champion:1: up beyond "
+                              "the paired 95% interval (lower is better)"]
+    fewer = decide_promotion(_evidence(truncation_rate=_c(-0.1, -0.15, -0.05)),
+                             "truncation_rate", NO_GUARDS)
+    assert fewer.promote
+    assert fewer.reasons[0].endswith("down beyond the paired 95% interval (lower is better)")
+    noise = decide_promotion(_evidence(truncation_rate=_c(-0.1, -0.2, 0.01)),
+                             "truncation_rate", NO_GUARDS)
+    assert not noise.promote
+    assert noise.reasons[0].endswith("not down beyond the paired 95% interval (the interval "
+                                     "reaches 0)")
+
+
+def test_a_comparison_on_too_few_prompts_is_no_evidence() -> None:
+    """A champion that answered one prompt (the only validation prompt it had not trained
+    on) lost it: +1 [+1, +1], and the gate promoted on that one prompt."""
+    one = {**_c(1.0, 1.0, 1.0), "prompts": 1}
+    refused = decide_promotion(_evidence(mean_reward=one), "mean_reward", NO_GUARDS)
+    assert not refused.promote
+    assert refused.reasons[1] == (
+        "the comparison with champion:1 rests on 1 prompts, fewer than promote.min_prompts=20:"
+        " no evidence for the gate; the champion answered only the validation prompts it was "
+        "not trained on")
+    enough = {**_c(0.2, 0.1, 0.3), "prompts": 20}
+    assert decide_promotion(_evidence(mean_reward=enough), "mean_reward", NO_GUARDS).promote
+    assert not decide_promotion(_evidence(mean_reward=enough), "mean_reward", NO_GUARDS,
+                                min_prompts=21).promote
+
+
 def test_a_rate_that_rises_beyond_its_tolerance_blocks_the_gain() -> None:
     evidence = _evidence(mean_reward=_c(0.10, 0.04, 0.16),
                          truncation_rate=_c(0.06, 0.03, 0.09))

@@ -83,3 +83,10 @@ def test_prompts_needed_formula() -> None:
 def test_paired_comparison_refuses_unpaired_scores() -> None:
     with pytest.raises(ValueError, match="one value per prompt"):
         paired_comparison(np.zeros(3), np.zeros(4))
+
+
+def test_one_prompt_is_no_evidence_of_a_difference() -> None:
+    """One prompt's difference is its own interval ([+1, +1]): not distinguishable."""
+    one = paired_comparison(np.zeros(1), np.ones(1))
+    assert (one["ci_low"], one["ci_high"], one["distinguishable"]) == (1.0, 1.0, False)
+    assert paired_comparison(np.zeros(8), np.ones(8))["distinguishable"]

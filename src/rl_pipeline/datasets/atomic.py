@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kedro.io import DatasetError
+from kedro.io.core import AbstractVersionedDataset, Version
 from kedro_datasets.json import JSONDataset as _JSONDataset
 from kedro_datasets.matplotlib import MatplotlibDataset as _MatplotlibDataset
 from kedro_datasets.pandas import ParquetDataset as _ParquetDataset
@@ -29,19 +30,39 @@ class AtomicSaveMixin:
 
     def save(self, data: Any) -> None:
         if getattr(self, "_protocol", "file") != "file":
-            return _unwrapped_parent_save(type(self))(self, data)
-        final = Path(super()._get_save_path())  # type: ignore[misc]
-        try:
-            with staged(final, error=DatasetError) as staging:
-                self._staging = PurePosixPath(staging)
-                _unwrapped_parent_save(type(self))(self, data)
-        finally:
-            self._staging = None
+            _unwrapped_parent_save(type(self))(self, data)
+        else:
+            final = Path(super()._get_save_path())  # type: ignore[misc]
+            try:
+                with staged(final, error=DatasetError) as staging:
+                    self._staging = PurePosixPath(staging)
+                    _unwrapped_parent_save(type(self))(self, data)
+            finally:
+                self._staging = None
+        load_what_was_saved(self)  # type: ignore[arg-type]
 
     def _get_save_path(self) -> PurePosixPath:
         if self._staging is not None:
             return self._staging
         return super()._get_save_path()  # type: ignore[misc]
+
+
+def load_what_was_saved(dataset: AbstractVersionedDataset) -> None:
+    """From now on, load the version this dataset object just saved, not the newest one.
+
+    Kedro loads a versioned entry's newest version, and a node later in the same session
+    that reads back what an earlier one saved (merge's publish reads the merged model) gets
+    another run's version when a run started beside this one saved a newer one meanwhile
+    (runs by hand may overlap: rl_pipeline.runs.stage_lock), and would then register that
+    run's model as this one's. Kedro warns when the two differ; this makes them agree. A
+    load version set in the catalog or by ``--load-versions`` is kept.
+    """
+    version = getattr(dataset, "_version", None)
+    if version is None or (version.load is not None
+                           and not getattr(dataset, "_loads_its_save", False)):
+        return
+    dataset._version = Version(dataset.resolve_save_version(), version.save)
+    dataset._loads_its_save = True  # type: ignore[attr-defined]  # a later save moves it on
 
 
 def _unwrapped_parent_save(cls: type) -> Any:

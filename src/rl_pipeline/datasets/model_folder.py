@@ -9,6 +9,7 @@ from typing import Any
 from kedro.io import DatasetError
 from kedro.io.core import Version
 
+from rl_pipeline.datasets.atomic import load_what_was_saved
 from rl_pipeline.datasets.paths import LocalPathDataset
 from rl_pipeline.runs.staging import staged
 
@@ -19,7 +20,8 @@ class ModelFolderDataset(LocalPathDataset[str]):
     ``save`` takes the path of a finished folder and moves it into place (a copy when it is
     on another filesystem) under a hidden name, then renames it: a crash never leaves a
     folder that looks complete. ``load`` returns the path of the requested (by default the
-    latest) version, or None when ``optional`` and nothing was saved yet.
+    latest) version, or None when ``optional`` and nothing was saved yet; after a save, the
+    folder that save put in place.
     """
 
     def __init__(self, *, path: str, version: Version | None = None, optional: bool = False,
@@ -32,6 +34,7 @@ class ModelFolderDataset(LocalPathDataset[str]):
             raise DatasetError(f"{type(self).__name__} saves a folder; {source} is not one")
         with staged(Path(self._get_save_path()), error=DatasetError) as staging:
             shutil.move(str(source), str(staging))
+        load_what_was_saved(self)
 
     @staticmethod
     def _present(path: Path) -> bool:

@@ -4,11 +4,14 @@ when there is none yet)?
 It reads the paired comparisons candidate - reference that eval computed on the same prompts
 (:func:`~rl_pipeline.evaluation.metrics.compare_models`) and promotes only when
 
-1. the configured metric is up beyond its paired 95% interval (the interval's low end above
-   0), and
+1. the configured metric is better beyond its paired 95% interval (the interval's low end
+   above 0; its high end below 0 for a metric that is better lower, such as a rate),
 2. no guard metric is worse beyond its tolerance: for a rate that must not rise (truncation,
    repetition, no reasoning, response length) the interval's low end above the tolerance;
-   for any other metric (higher is better) the interval's high end below minus the tolerance.
+   for any other metric (higher is better) the interval's high end below minus the tolerance,
+   and
+3. the comparison rests on enough prompts (``promote.min_prompts``): a bootstrap over a
+   handful of prompts sees only the differences they happen to show.
 
 A guard is a metric over all prompts (``truncation_rate``) or on one data source
 (``openai/gsm8k:strict_accuracy``). A point estimate alone never decides: a candidate that
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.evaluation.metrics import DEGENERATION, comparable_metrics
+from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.evaluation.verdict import HACKING, WORSE
 
 # Metrics for which higher is worse.
@@ -64,8 +68,8 @@ def guard_comparison(evidence: dict[str, Any], guard: str) -> dict[str, float] |
 REFUSED_VERDICTS = (HACKING, WORSE)
 
 
-def decide_promotion(evidence: dict[str, Any], metric: str,
-                     guards: dict[str, float]) -> Decision:
+def decide_promotion(evidence: dict[str, Any], metric: str, guards: dict[str, float],
+                     min_prompts: int = FEW_PROMPTS) -> Decision:
     """The gate's decision on eval's evidence.
 
     Args:
@@ -73,11 +77,13 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
             "trained_on_prompts": left out, "verdict": eval's verdict against the base
             model, "overall": {metric: comparison}, "by_data_source": {source: {metric:
             comparison}}}``, each comparison ``delta``, ``ci_low`` and ``ci_high`` of
-            candidate - reference; fewer prompts answered than there are validation prompts
-            the model was not trained on is refused, and so is a verdict in
-            :data:`REFUSED_VERDICTS`.
+            candidate - reference and the ``prompts`` it rests on (absent in evidence
+            recorded before it was kept: not checked); fewer prompts answered than there are
+            validation prompts the model was not trained on is refused, and so is a verdict
+            in :data:`REFUSED_VERDICTS`.
         metric: The metric the candidate must beat the reference on (over all prompts).
         guards: ``{guard: tolerance}`` (see the module docstring).
+        min_prompts: The fewest prompts the metric's comparison must rest on.
 
     Raises:
         KeyError: When eval has no comparison for ``metric`` or a guard (the caller names
@@ -89,14 +95,23 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
         raise KeyError(metric)
     used = {metric: main}
     reasons = []
-    beats = main["ci_low"] > 0
-    if beats:
-        verdict = "up beyond the paired 95% interval"
-    elif main["ci_high"] < 0:
-        verdict = "down beyond the paired 95% interval"
+    up, down = main["ci_low"] > 0, main["ci_high"] < 0
+    lower_is_better = metric in LOWER_IS_BETTER
+    beats = down if lower_is_better else up
+    better = " (lower is better)" if lower_is_better else ""
+    if up or down:
+        verdict = f"{'up' if up else 'down'} beyond the paired 95% interval{better}"
     else:
-        verdict = "not up beyond the paired 95% interval (the interval reaches 0)"
+        verdict = (f"not {'down' if lower_is_better else 'up'} beyond the paired 95% "
+                   "interval (the interval reaches 0)")
     reasons.append(f"{metric}: {_change(main)} vs {reference}: {verdict}")
+    compared = main.get("prompts")
+    few = compared is not None and compared < min_prompts
+    if few:
+        reasons.append(f"the comparison with {reference} rests on {compared} prompts, fewer "
+                       f"than promote.min_prompts={min_prompts}: no evidence for the gate"
+                       + ("; the champion answered only the validation prompts it was not "
+                          "trained on" if reference.startswith("champion") else ""))
     failed = []
     for guard, tolerance in guards.items():
         comparison = guard_comparison(evidence, guard)
@@ -130,7 +145,7 @@ def decide_promotion(evidence: dict[str, Any], metric: str,
         reasons.append(f"eval answered {answered} of the {of} validation prompts{unseen} "
                        "(eval.max_prompts, a quick check): no evidence for the gate; run eval "
                        "with eval.max_prompts unset (null)")
-    promote = beats and not failed and not quick and not suspect
+    promote = beats and not failed and not quick and not suspect and not few
     return Decision(promote, reasons, used)
 
 

@@ -13,6 +13,7 @@ import matplotlib
 from rl_pipeline.evaluation.examples import examples_markdown
 from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
 from rl_pipeline.evaluation.metrics import usable_k
+from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.evaluation.verdict import RULE
 from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.rewards.scoring import GSM8K_SOURCES
@@ -27,8 +28,6 @@ from matplotlib.figure import Figure  # noqa: E402
 HEADLINE = ("mean_reward", "pass_at_1", "maj_at_1", "strict_accuracy", "flexible_accuracy",
             "strict_format_rate")
 ALL = "all prompts"
-# Below this many prompts the percentile bootstrap's interval is known to be too narrow.
-FEW_PROMPTS = 20
 # Per-model keys that the tables leave out: the headline's interval is in the chart.
 _HIDDEN = ("mean_reward_ci_low", "mean_reward_ci_high")
 

@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 CONFIDENCE = 0.95
+# Below this many prompts the percentile bootstrap's interval is known to be too narrow: it
+# sees only the differences these prompts happen to show (3 prompts that all gained: [+1, +1]).
+FEW_PROMPTS = 20
 Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.96
 _CELLS = 4_000_000  # resampled values held at once (32 MB of float64)
 
@@ -81,9 +84,9 @@ def paired_comparison(base: np.ndarray, trained: np.ndarray, resamples: int = 10
 
     Returns:
         ``delta`` (mean difference), ``ci_low`` and ``ci_high`` (its 95% interval),
-        ``distinguishable`` (the interval excludes 0), ``sd_diff`` (the standard deviation of
-        the per-prompt differences), ``prompts``, ``prompts_needed`` and ``prompts_needed_80``
-        (see :func:`prompts_needed`).
+        ``distinguishable`` (the interval excludes 0, over two prompts or more),
+        ``sd_diff`` (the standard deviation of the per-prompt differences), ``prompts``,
+        ``prompts_needed`` and ``prompts_needed_80`` (see :func:`prompts_needed`).
     """
     base, trained = np.asarray(base, dtype=float), np.asarray(trained, dtype=float)
     if base.shape != trained.shape or base.ndim != 1:
@@ -93,8 +96,9 @@ def paired_comparison(base: np.ndarray, trained: np.ndarray, resamples: int = 10
     low, high = bootstrap_interval(diff, resamples, seed)
     delta = float(diff.mean())
     sd = float(diff.std(ddof=1)) if len(diff) > 1 else math.nan
+    # One prompt's difference is its own interval, and no evidence of anything.
     return {"delta": delta, "ci_low": low, "ci_high": high,
-            "distinguishable": bool(low > 0 or high < 0), "sd_diff": sd,
+            "distinguishable": bool(len(diff) > 1 and (low > 0 or high < 0)), "sd_diff": sd,
             "prompts": len(diff), "prompts_needed": prompts_needed(delta, sd),
             "prompts_needed_80": prompts_needed(delta, sd, power=0.8)}
 

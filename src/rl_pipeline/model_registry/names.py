@@ -16,6 +16,9 @@ EVIDENCE_FILE = "registry/evidence.json"
 REFUSED_TAG = "promote.refused_against"  # the reference a candidate was refused against
 PROMOTED_TAG = "promote.promoted_over"  # the reference a champion was promoted over
 REASONS_TAG = "promote.reasons"
+# The gate's settings (metric, guards, min_prompts) a refusal was decided with: a rerun of
+# promote with other settings decides again.
+GATE_TAG = "promote.gate"
 EVAL_RUN_TAG = "eval.run_id"  # the eval run whose evidence a version carries
 QUICK_CHECK_TAG = "eval.quick_check"  # "true": that eval answered some prompts only
 # The earlier versions whose weight files all have this version's SHA-256s (a merge rerun

@@ -4,6 +4,7 @@ record the refusal."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ from rl_pipeline.evaluation.promotion import decide_promotion
 from rl_pipeline.model_registry.names import (
     CANDIDATE,
     CHAMPION,
+    GATE_TAG,
     PROMOTED_TAG,
     REASONS_TAG,
     REFUSED_TAG,
@@ -69,11 +71,14 @@ def promote_candidate(name: str, promote: PromoteParams,
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} is the champion already: nothing "
                             "to do"]}
-    if candidate.tags.get(REFUSED_TAG) == reference:
+    gate = json.dumps({"metric": promote.metric, "guards": promote.guards,
+                       "min_prompts": promote.min_prompts}, sort_keys=True)
+    if candidate.tags.get(REFUSED_TAG) == reference and candidate.tags.get(GATE_TAG) == gate:
         return {**decision, "promoted": False, "changed": False,
                 "reasons": [f"version {candidate.version} was refused against {reference} "
-                            f"already ({candidate.tags.get(REASONS_TAG, '')}): nothing "
-                            "to do until eval or the champion changes"]}
+                            f"already, by the same gate ({candidate.tags.get(REASONS_TAG, '')})"
+                            ": nothing to do until eval, the champion or the promote "
+                            "parameters change"]}
     evidence = read_evidence(candidate)
     if evidence["reference"] != reference:
         raise RegistryError(
@@ -81,7 +86,8 @@ def promote_candidate(name: str, promote: PromoteParams,
             f"{evidence['reference']}, but the gate compares with {reference} now: run "
             "`kedro run --pipelines eval` again, so that both answer the same prompts")
     try:
-        verdict = decide_promotion(evidence, promote.metric, promote.guards)
+        verdict = decide_promotion(evidence, promote.metric, promote.guards,
+                                   promote.min_prompts)
     except KeyError as missing:
         known = sorted(evidence["overall"])
         raise ConfigError(f"promote: eval has no comparison for {missing}; metrics it "
@@ -105,5 +111,6 @@ def promote_candidate(name: str, promote: PromoteParams,
         logger.info("Not promoted: %s", "; ".join(reasons))
     registry.set_model_version_tag(name, candidate.version, REASONS_TAG,
                                    tag_value("; ".join(reasons)))
+    registry.set_model_version_tag(name, candidate.version, GATE_TAG, tag_value(gate))
     return {**decision, "promoted": verdict.promote, "changed": True,
             "reasons": reasons, "comparisons": verdict.comparisons}

@@ -13,6 +13,7 @@ from rl_pipeline.model_registry.names import (
     CHAMPION,
     EVAL_RUN_TAG,
     EVIDENCE_FILE,
+    GATE_TAG,
     PATH_TAG,
     REASONS_TAG,
     REFUSED_TAG,
@@ -60,7 +61,9 @@ def register_merged_model(name: str, folder: str | Path, run_id: str | None,
     folder = Path(folder).absolute()
     try:
         registry.get_registered_model(name)
-    except MlflowException:
+    except MlflowException as exc:
+        if not _not_found(exc):
+            raise
         registry.create_registered_model(
             name, description="Merged models of rl_pipeline (aliases: candidate, champion).")
     source = _log_weights(folder) if copy_weights else _reference(folder, run_id)
@@ -171,8 +174,19 @@ def alias(name: str, alias_name: str) -> Any | None:
 
     try:
         return client().get_model_version_by_alias(name, alias_name)
-    except MlflowException:
-        return None
+    except MlflowException as exc:
+        if _not_found(exc):
+            return None
+        raise
+
+
+def _not_found(exc: Exception) -> bool:
+    """Whether the registry said "no such model" or "no such alias", and nothing else: a
+    store that failed to answer (a locked SQLite file, a server down) is not "no champion",
+    which would let eval and promote compare with the base and replace the champion."""
+    # A missing model is RESOURCE_DOES_NOT_EXIST; a missing alias INVALID_PARAMETER_VALUE.
+    return getattr(exc, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST",
+                                                "INVALID_PARAMETER_VALUE")
 
 
 def alias_folders(name: str) -> dict[Path, str]:
@@ -234,7 +248,7 @@ def record_eval(name: str, version: Any, results: dict[str, str],
     # New evidence: an earlier refusal, and its reasons, were about the old one, so the
     # gate decides again.
     if REFUSED_TAG in version.tags:
-        for tag in (REFUSED_TAG, REASONS_TAG):
+        for tag in (REFUSED_TAG, REASONS_TAG, GATE_TAG):
             if tag in version.tags:
                 registry.delete_model_version_tag(name, version.version, tag)
     registry.set_registered_model_alias(name, CANDIDATE, version.version)

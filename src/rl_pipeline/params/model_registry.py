@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.params.base import ParamGroup
 
 
@@ -37,7 +38,15 @@ class PromoteParams(ParamGroup):
     metric: str = Field(
         "mean_reward", description="The metric over all eval prompts the candidate must beat "
         "the reference on beyond the paired 95% interval: the champion's, or the base "
-        "model's when there is no champion yet (e.g. strict_accuracy, pass_at_1).")
+        "model's when there is no champion yet (e.g. strict_accuracy, pass_at_1). For a "
+        "rate that must not rise (truncation_rate, ...) or mean_response_tokens, beating "
+        "is falling beyond the interval.")
+    min_prompts: int = Field(
+        FEW_PROMPTS, ge=2, description="The fewest prompts the comparison with the reference "
+        "must rest on for the gate to promote. Below about 20 a percentile bootstrap's "
+        "interval is far too narrow (3 prompts that all gained: [+1, +1]); the champion's "
+        "comparison uses only the prompts it was not trained on, which can be few after the "
+        "validation data changed.")
     guards: dict[str, float] = Field(
         default_factory=lambda: {"truncation_rate": 0.0, "repetition_rate": 0.0,
                                  "no_reasoning_rate": 0.0},

@@ -2,7 +2,10 @@
 
 A file or folder is written to a hidden sibling (named by :func:`.debris.staging_path`,
 so the next run removes it if this one is killed) and renamed to its final name when complete,
-which is atomic on POSIX. No load or version lookup ever matches the hidden name.
+which is atomic on POSIX. No load or version lookup ever matches the hidden name. Its data
+reaches the disk before the rename, and the rename before the block ends (``fsync``), so a
+machine that loses power just after does not come back with a new version under its final
+name that is empty or cut short.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ def staged(final: str | Path,
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         yield staging
+        _flush(staging)
         _rename_into_place(staging, final)
+        _flush(final.parent)
     except OSError as exc:
         if (problem := storage_problem(final, exc)) is None:
             raise
@@ -98,6 +103,24 @@ def _rename_into_place(staging: Path, final: Path) -> None:
     os.replace(final, old)
     os.replace(staging, final)
     remove(old)
+
+
+def _flush(path: Path) -> None:
+    # A rename is atomic for processes but, after a power loss, can reach the disk before
+    # the file's data: every Kedro version is a new name, so ext4's flush on replace does
+    # not apply. A folder's files are flushed, then the folder itself (its entries).
+    if path.is_symlink():
+        return  # what it points at is not this write's
+    if path.is_dir():
+        for child in path.iterdir():
+            _flush(child)
+    elif not path.is_file():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _remove_if_empty(folder: Path) -> None:

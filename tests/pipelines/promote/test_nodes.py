@@ -4,6 +4,7 @@ SQLite store in a temporary folder): promoted, refused, idempotent, and bad inpu
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from rl_pipeline import model_registry
+from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.model_card import ManifestError, check_manifest, write_manifest
 from rl_pipeline.params import ConfigError
 from rl_pipeline.params.model_registry import PromoteParams, RegistryParams
@@ -39,14 +41,20 @@ def _c(delta: float, low: float, high: float) -> dict[str, float]:
 def _merged(tiny_model_dir: Path, root: Path, n: int) -> Path:
     folder = root / "data/06_models/merged_model" / f"v{n}" / "merged_model"
     shutil.copytree(tiny_model_dir, folder)
-    write_manifest(folder)
+    _as_merge_leaves_it(folder)
     return folder
+
+
+def _as_merge_leaves_it(folder: Path) -> None:
+    """The folder's merge record and its manifest, as merge writes them."""
+    (folder / MERGE_METADATA).write_text(json.dumps(METADATA))
+    write_manifest(folder)
 
 
 def _published(tiny_model_dir: Path, root: Path, n: int) -> tuple[Path, str]:
     folder = _merged(tiny_model_dir, root, n)
     with mlflow.start_run(run_name="merge"):
-        out = publish_merged_model(str(folder), METADATA, PARAMS)
+        out = publish_merged_model(str(folder), PARAMS)
     return folder, out["version"]
 
 
@@ -71,7 +79,7 @@ def test_merge_registers_a_reference_with_its_lineage_and_weight_hashes(
     folder = _merged(tiny_model_dir, store, 1)
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     with mlflow.start_run(run_name="merge"):
-        number = publish_merged_model(str(folder), METADATA, PARAMS)["version"]
+        number = publish_merged_model(str(folder), PARAMS)["version"]
     version = model_registry.client().get_model_version(NAME, number)
     assert version.source == folder.absolute().as_uri()  # the catalog's folder, not a copy
     tags = version.tags
@@ -139,7 +147,7 @@ def test_a_merge_of_unchanged_weights_is_tagged_with_its_twins_and_promote_says_
     save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
     write_manifest(changed)
     with mlflow.start_run(run_name="merge"):
-        other = publish_merged_model(str(changed), METADATA, PARAMS)["version"]
+        other = publish_merged_model(str(changed), PARAMS)["version"]
     with caplog.at_level("WARNING"):
         _, twin = _published(tiny_model_dir, store, 3)
     tags = {v: model_registry.client().get_model_version(NAME, v).tags
@@ -287,6 +295,72 @@ def test_a_quick_check_is_no_evidence_and_never_replaces_a_full_evals(
     assert model_registry.read_evidence(after)["overall"]["mean_reward"] == _c(0.25, 0.15, 0.35)
 
 
+def test_a_refusal_is_decided_again_when_the_gate_changes(store, tiny_model_dir) -> None:
+    """A guard loosened after a refusal: the rerun of promote kept the old refusal, as if
+    nothing had changed, until eval ran again."""
+    _, number = _published(tiny_model_dir, store, 1)
+    _evaluated(number, "base", _c(0.2, 0.1, 0.3), truncation=_c(0.02, 0.01, 0.03))
+    assert _promote()["promoted"] is False  # truncation_rate's tolerance 0
+    assert _promote()["changed"] is False  # the same gate: decided already
+    loosened = PromoteParams(metric="mean_reward", guards={"truncation_rate": 0.05})
+    again = _promote(loosened)
+    assert (again["promoted"], again["changed"]) == (True, True)
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number
+
+
+def test_a_champion_compared_on_too_few_prompts_is_not_replaced(store, tiny_model_dir) -> None:
+    """The validation data changed since the champion trained, so it answered only the one
+    validation prompt it had not trained on; the candidate won that prompt (+1 [+1, +1])
+    and became champion on it."""
+    from rl_pipeline.pipelines.eval.nodes import record_eval
+
+    _, first = _published(tiny_model_dir, store, 1)
+    _evaluated(first, "base", _c(0.2, 0.1, 0.3))
+    _promote()
+    folder, second = _published(tiny_model_dir, store, 2)
+    one = {**_c(1.0, 1.0, 1.0), "prompts": 1, "distinguishable": True}
+    trained = {"mean_reward": 0.9, "prompts": 32,
+               "verdict": {"verdict": "learned", "reasons": ["up"]},
+               "vs_base": {"mean_reward": _c(0.3, 0.2, 0.4)},
+               "vs_champion": {"mean_reward": one, "truncation_rate": {**one, "delta": 0.0,
+                                                                       "ci_low": 0.0,
+                                                                       "ci_high": 0.0}},
+               "by_data_source": {}}
+    with mlflow.start_run(run_name="eval"):
+        record_eval({"base": {}, "trained": trained}, str(folder), {"version": first},
+                    {"validation_prompts": 32, "trained_on_prompts": 0, "evaluated": 32},
+                    PARAMS)
+    decision = _promote()
+    assert decision["promoted"] is False
+    assert ("the comparison with champion:1 rests on 1 prompts, fewer than "
+            "promote.min_prompts=20: no evidence for the gate; the champion answered only the "
+            "validation prompts it was not trained on") in decision["reasons"]
+    assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == first
+
+
+def test_a_registry_that_does_not_answer_is_not_a_registry_without_a_champion(
+        store, monkeypatch) -> None:
+    """Any registry error read as "no such alias": a store that failed to answer gave eval no
+    champion to compare with, and the gate then compared with the base model."""
+    import socket
+
+    from mlflow.exceptions import MlflowException
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
+    with pytest.raises(MlflowException, match="API request"):
+        model_registry.alias(NAME, model_registry.CHAMPION)
+    with pytest.raises(MlflowException, match="API request"):
+        promote_candidate({}, PARAMS, GATE)  # not "no candidate"
+    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    assert model_registry.alias(NAME, model_registry.CHAMPION) is None  # no model: None
+    with pytest.raises(model_registry.RegistryError, match="no candidate"):
+        _promote()
+
+
 def test_new_evidence_clears_a_refusal_and_its_reasons(store, tiny_model_dir) -> None:
     _, number = _published(tiny_model_dir, store, 1)
     _evaluated(number, "base", _c(0.05, -0.05, 0.15))
@@ -312,9 +386,9 @@ def test_the_champion_answers_only_the_questions_it_was_not_trained_on(
     champion_folder = store / "champion"
     shutil.copytree(tiny_model_dir, champion_folder)
     write_trained_questions(champion_folder, prompts.iloc[[0, 2]])
-    write_manifest(champion_folder)
+    _as_merge_leaves_it(champion_folder)
     with mlflow.start_run(run_name="merge"):
-        number = publish_merged_model(str(champion_folder), METADATA, PARAMS)["version"]
+        number = publish_merged_model(str(champion_folder), PARAMS)["version"]
     model_registry.client().set_registered_model_alias(NAME, model_registry.CHAMPION, number)
     candidate, _ = _published(tiny_model_dir, store, 2)
     groups = resolve_followers({"eval": EvalParams(backend="hf", greedy=True),
@@ -357,9 +431,9 @@ def test_validation_prompts_the_model_trained_on_are_not_counted_against_its_eva
     folder = store / "merged"
     shutil.copytree(tiny_model_dir, folder)
     write_trained_questions(folder, val.head(2))
-    write_manifest(folder)
+    _as_merge_leaves_it(folder)
     with mlflow.start_run(run_name="merge"):
-        publish_merged_model(str(folder), METADATA, PARAMS)
+        publish_merged_model(str(folder), PARAMS)
     trained = {"mean_reward": 0.6, "prompts": 4,
                "verdict": {"verdict": "learned", "reasons": ["up"]},
                "vs_base": {"mean_reward": _c(0.25, 0.05, 0.45),

@@ -348,7 +348,9 @@ def _compare(trained: dict[str, Any], key: str, reference: pd.DataFrame,
 
 
 def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:
-    return {metric: {k: float(c[k]) for k in ("delta", "ci_low", "ci_high")}
+    # The prompts too: the gate refuses a comparison that rests on too few.
+    return {metric: {**{k: float(c[k]) for k in ("delta", "ci_low", "ci_high")},
+                     **({"prompts": int(c["prompts"])} if "prompts" in c else {})}
             for metric, c in compared.items() if isinstance(c, dict) and "ci_low" in c}
 
 

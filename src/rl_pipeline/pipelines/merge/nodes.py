@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from rl_pipeline import model_registry
+from rl_pipeline.merge import MERGE_METADATA
 from rl_pipeline.merge.standalone import make_standalone_model
 from rl_pipeline.model_card import card_facts, check_manifest, render_card, weight_files, write_card
 from rl_pipeline.params import MergeParams
 from rl_pipeline.params.model_registry import RegistryParams
+from rl_pipeline.runs.jsonfile import read_object
 from rl_pipeline.tracking import lineage, mlflow_metrics
 
 
@@ -34,18 +36,20 @@ def merge_model(training_result: str, base_model: str, model_work_dir: str,
     return str(result.path), result.metadata, mlflow_metrics(result.numbers)
 
 
-def publish_merged_model(merged_model: str, merge_metadata: dict[str, Any],
-                         registry_params: RegistryParams) -> dict[str, Any]:
+def publish_merged_model(merged_model: str, registry_params: RegistryParams) -> dict[str, Any]:
     """With ``registry.model_name``, make the saved merged model a new version of that
     registered model (a reference to the catalog's folder, or a copy of the weights with
-    ``registry.copy_weights``), tagged with its lineage and the SHA-256 of every weight
-    file.
+    ``registry.copy_weights``), tagged with its lineage (from the folder's own
+    ``merge_metadata.json``) and the SHA-256 of every weight file.
 
     Returns:
         What was registered (``registered_model``): name, version, source, tags.
     """
     folder = Path(merged_model)
     sums = check_manifest(folder)  # the folder the catalog saved is the one merge verified
+    # The folder's own record, not the catalog's merge_metadata.json: that one file is
+    # written by every merge, and one started beside this run may have replaced it.
+    merge_metadata = read_object(folder / MERGE_METADATA)
     run_id = lineage.active_run_id()
     sources = lineage.training_sources(merge_metadata.get("training_run") or {})
     name = registry_params.model_name

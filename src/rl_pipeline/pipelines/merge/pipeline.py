@@ -14,7 +14,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=publish_merged_model,
-            inputs=["merged_model", "merge_metadata", "params:registry"],
+            inputs=["merged_model", "params:registry"],
             outputs="registered_model",
             name="publish_merged_model_node",
         ),
