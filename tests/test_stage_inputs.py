@@ -71,3 +71,34 @@ def test_an_input_a_stage_may_go_without_is_not_required(project) -> None:
         check_stage_inputs(eval_stage.create_pipeline(), project_catalog(project), "cpu")
     listed = [line for line in str(raised.value).splitlines() if line.startswith("  - ")]
     assert listed == ["  - val_prompts: written by the data_prep stage"]
+
+
+def test_prompts_from_two_data_prep_runs_are_refused_as_a_pair(project) -> None:
+    """data_prep saved new training prompts, then failed saving the validation prompts (a
+    record's images field a number): preflight passed and train would have used the new
+    training prompts with the old run's validation prompts."""
+    import pandas as pd
+    from kedro.io import Version
+
+    from rl_pipeline.datasets.atomic import ParquetDataset
+    from rl_pipeline.pipelines import preflight
+    from rl_pipeline.runs.stage_inputs import MismatchedInputsError
+
+    def saved(name: str, version: str) -> None:
+        ParquetDataset(filepath=f"data/05_model_input/{name}.parquet",
+                       version=Version(None, version)).save(pd.DataFrame({"a": [1]}))
+
+    first, second = "2026-01-01T00.00.00.000Z", "2026-01-02T00.00.00.000Z"
+    saved("train_prompts", first)
+    saved("val_prompts", first)
+    check_stage_inputs(train.create_pipeline(), project_catalog(project), "cpu")
+    saved("train_prompts", second)  # the next data_prep stopped here
+    for stage in (preflight, train):
+        with pytest.raises(MismatchedInputsError) as raised:
+            check_stage_inputs(stage.create_pipeline(), project_catalog(project), "cpu")
+        message = str(raised.value)
+        assert f"  - train_prompts_file: version {second}" in message
+        assert f"  - val_prompts_file: version {first}" in message
+        assert "Run `kedro run --env cpu --pipelines data_prep` again" in message
+    saved("val_prompts", second)
+    check_stage_inputs(train.create_pipeline(), project_catalog(project), "cpu")

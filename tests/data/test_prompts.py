@@ -24,6 +24,14 @@ def _raw(records: list[dict], source: str = "in.jsonl") -> RawRecords:
     ("so #### 1,234,567", "1234567"),
     ("#### -3.5", "-3.5"),
     ("no marker 42", None),
+    # A full stop or comma ends the sentence, not the number ('72.' scored no response right).
+    ("The answer:\n#### 72.", "72"),
+    ("#### 1,000. Done", "1000"),
+    ("#### 5 apples", "5"),
+    # verl's pattern read these as '1': GSM8K's scorer cannot read their number whole.
+    ("#### 1/2", None),
+    ("#### 1e5", None),
+    ("#### 72%", None),
 ])
 def test_gsm8k_ground_truth_is_the_number_after_hashes(answer: str, expected: str | None) -> None:
     params = DataPrepParams(answer_extraction="gsm8k")
@@ -121,7 +129,8 @@ def test_empty_prompt_and_missing_ground_truth_are_dropped_with_reasons() -> Non
     assert [f.describe() for f in filtered] == [
         "in.jsonl, line 1: empty_prompt: field(s) question hold no text",
         "in.jsonl, line 2: no_ground_truth: field 'answer' is 'no number', expected a "
-        "'#### <number>' line (answer_extraction 'gsm8k')"]
+        "'#### <number>' line whose number is plain (72, -3, 1,000, 3.5) and ends at a space "
+        "or the line's end (answer_extraction 'gsm8k')"]
 
 
 def test_empty_input_says_so() -> None:
@@ -143,6 +152,20 @@ def test_verl_schema_and_images_column() -> None:
     assert row["extra_info"] == {"split": "train", "index": 0, "question": "<image>What angle?",
                                  "answer": "30"}
     assert row["images"] == images
+
+
+def test_an_images_field_that_is_not_a_list_makes_a_bad_record() -> None:
+    """One record's images a number: the parquet save of its split failed after the other
+    split's had been saved, with pyarrow's "cannot mix list and non-list" and no line."""
+    params = DataPrepParams(dataset_prompt_column="q", answer_column="a")
+    images = [{"bytes": b"\x89PNG", "path": None}]
+    raw = _raw([{"q": "a?", "a": "1", "images": images}, {"q": "b?", "a": "2", "images": 5},
+                {"q": "c?", "a": "3", "images": None}])
+    work, _, bad, _ = extract_work_frame(raw, params, "images")
+    assert list(work["q" if "q" in work else "question"]) == ["a?", "c?"]
+    assert [b.describe() for b in bad] == [
+        "in.jsonl, line 2: field 'images' is int (5), expected a list of images (or null), as "
+        "verl's multimodal data holds them"]
 
 
 def test_text_only_data_has_no_image_column() -> None:

@@ -34,6 +34,13 @@ def test_malformed_json_is_recorded_with_file_and_line(tmp_path: Path) -> None:
     assert str(path) in message and "line 2" in message and "malformed JSON" in message
 
 
+def test_an_unterminated_string_names_the_column_it_starts_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"q": "cut off\n', encoding="utf-8")
+    assert read_jsonl(path).bad[0].describe() == (
+        f"{path}, line 1: malformed JSON: Unterminated string starting at column 7")
+
+
 def test_undecodable_bytes_are_recorded_with_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(b'{"q": "fine"}\n{"q": "caf\xe9"}\n')

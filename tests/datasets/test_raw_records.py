@@ -41,6 +41,17 @@ def test_a_folder_or_a_table_file_as_the_input_file_says_to_use_dataset_name(
         {"question": "a", "answer": "1"}]
 
 
+def test_a_file_as_dataset_name_says_to_use_dataset_train_split(tmp_path: Path) -> None:
+    """datasets' own error sent the user to "a local copy" of what was one already."""
+    path = write_jsonl(tmp_path / "good.jsonl", [{"q": "x"}])
+    with pytest.raises(DatasetError) as err:
+        RawRecordsDataset(dataset_name=str(path)).load()
+    assert str(err.value) == (
+        f"dataset_name={str(path)!r} is a file; dataset_name takes a Hugging Face dataset or "
+        "a folder of one. For a JSON Lines file, set dataset_train_split (and "
+        "dataset_validation_split) instead")
+
+
 def test_optional_empty_source_loads_as_none() -> None:
     assert RawRecordsDataset(filepath="", optional=True).load() is None
     with pytest.raises(DatasetError, match="no input given"):

@@ -97,15 +97,22 @@ def clean_splits(raw_train: RawRecords, raw_val: RawRecords | None, params: Data
                 raise
             # A user who set only dataset_train_split gets the catalog's default validation
             # input (GSM8K's test set), whose columns are not theirs: say which input it is.
-            raise DataError(f"{exc} This is the validation input (dataset_validation_split "
+            raise DataError(f"{str(exc).rstrip('.')}. This is the validation input "
+                            "(dataset_validation_split "
                             "in conf/*/catalog.yml): point it at your validation file, or "
                             "set it empty (--params dataset_validation_split=) to split "
                             "validation off the training file.") from None
         bad = sorted(raw.bad + bad, key=lambda record: record.line)  # unreadable, then unusable
         if bad and params.on_bad_record == "error":
+            advice = ("Fix them, or set data_prep.on_bad_record=skip to drop and count them."
+                      if raw.records else
+                      # Skipping them all would leave nothing: say what the file is not.
+                      "No line of it is a JSON object: it is not JSON Lines (one JSON object "
+                      "per line). For a CSV, JSON or Parquet file, set dataset_name to a "
+                      "folder that holds it (Hugging Face datasets reads those).")
             raise DataError(_list_problems(
                 f"{len(bad)} bad record(s) in {raw.source}", [b.describe() for b in bad],
-                "Fix them, or set data_prep.on_bad_record=skip to drop and count them."))
+                advice))
         dropped[split].update(reasons)
         if filtered:
             logger.warning("%s: dropped %d row(s) with no usable prompt or ground truth (the "

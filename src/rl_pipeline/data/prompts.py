@@ -50,7 +50,13 @@ def extract_ground_truth(answer: Any, params: DataPrepParams) -> str | None:
     text = _as_text(answer)
     if params.answer_extraction == "gsm8k":
         match = _GSM8K_ANSWER.search(text)
-        return match.group(1).replace(",", "") if match else None
+        if match is None or _runs_on(text[match.end():]):
+            # "#### 1/2", "#### 1e5": verl's pattern stops at the first other character and
+            # would make "1" the ground truth, which GSM8K's scorer then compares as a string.
+            return None
+        # A full stop ends the sentence, not the number ("#### 72."): "72." would score no
+        # response right, as verl's strict scorer compares the strings.
+        return match.group(1).replace(",", "").removesuffix(".") or None
     if params.answer_extraction == "regex":
         match = re.search(params.answer_regex or "", text)
         return match.group(1).strip() if match and match.group(1) else None
@@ -127,6 +133,10 @@ def extract_work_frame(
                                  f"fields found: {', '.join(sorted(record))}", raw.unit))
             continue
         mistyped = field_type_problems(record, params)
+        if has_images and not isinstance(record.get(image_key), list | None):
+            # One such value fails the whole parquet file's save, after the other split's.
+            mistyped.append(_type_problem(image_key, record[image_key], "a list of images "
+                                          "(or null), as verl's multimodal data holds them"))
         if mistyped:
             bad.append(BadRecord(raw.source, line, "; ".join(mistyped), raw.unit))
             continue
@@ -152,10 +162,17 @@ def extract_work_frame(
     return pd.DataFrame(rows, columns=columns), dropped, bad, filtered
 
 
+def _runs_on(rest: str) -> bool:
+    """Whether the text after a ``#### <number>`` match goes on as part of the answer (the
+    number is then not all of it) rather than ending it."""
+    return bool(rest) and not rest[0].isspace()
+
+
 def no_ground_truth(answer: Any, params: DataPrepParams) -> str:
     """Why :func:`extract_ground_truth` found nothing in ``answer``, naming the field and
     what the extraction expects."""
-    expected = {"gsm8k": "a '#### <number>' line", "whole": "some text",
+    expected = {"gsm8k": "a '#### <number>' line whose number is plain (72, -3, 1,000, "
+                         "3.5) and ends at a space or the line's end", "whole": "some text",
                 "regex": f"a match of {params.answer_regex!r} with a non-empty group 1"}
     shown = repr(_as_text(answer))
     shown = shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."

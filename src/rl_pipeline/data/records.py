@@ -72,7 +72,9 @@ def read_jsonl(path: str | Path) -> RawRecords:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            out.bad.append(BadRecord(out.source, number, f"malformed JSON: {exc.msg} at "
+            # json's "Unterminated string starting at" names its column itself.
+            at = "" if exc.msg.endswith(" at") else " at"
+            out.bad.append(BadRecord(out.source, number, f"malformed JSON: {exc.msg}{at} "
                                      f"column {exc.colno}"))
             continue
         if not isinstance(record, dict):

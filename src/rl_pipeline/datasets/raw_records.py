@@ -79,6 +79,10 @@ class RawRecordsDataset(AbstractDataset[None, "RawRecords | None"]):
         import datasets  # heavy; only when a Hugging Face dataset is asked for
 
         name = self._dataset_name
+        if Path(name).is_file():  # datasets' own error would send one to a local copy
+            raise DatasetError(f"dataset_name={name!r} is a file; dataset_name takes a Hugging "
+                               "Face dataset or a folder of one. For a JSON Lines file, set "
+                               "dataset_train_split (and dataset_validation_split) instead")
         try:
             local = Path(name)
             if local.is_dir() and any((local / f).exists() for f in

@@ -97,7 +97,9 @@ def test_a_validation_input_without_the_templates_fields_says_it_is_the_validati
         clean_prompt_splits(read_jsonl(train), read_jsonl(gsm_files[1]), params, data)
     message = str(err.value)
     assert f"{gsm_files[1]}: column(s) 'Body', 'Question' not found" in message
-    assert "This is the validation input (dataset_validation_split" in message
+    assert "not found in any record; columns found: answer, question. Set the data_prep " \
+        "parameters (prompt_template, answer_column) to this dataset's columns. This is the " \
+        "validation input (dataset_validation_split" in message
     assert "--params dataset_validation_split=" in message
     work, _, _ = clean_prompt_splits(read_jsonl(train), None, params, data)  # split off train
     assert work.loc[0, "question"] == "Tom has 0 apples. How many?"
@@ -114,6 +116,23 @@ def test_malformed_line_fails_naming_file_and_line(tmp_path, prep_params, data_p
                             DataParams.model_validate(data_params))
     assert f"{path}, line 4: malformed JSON" in str(err.value)
     assert "on_bad_record=skip" in str(err.value)
+
+
+def test_a_file_that_is_not_json_lines_says_so(tmp_path, prep_params, data_params) -> None:
+    """A CSV under a .jsonl name: a bad record per line, and advice (on_bad_record=skip)
+    that would have dropped every one of them."""
+    path = tmp_path / "table.jsonl"
+    path.write_text("question,answer\nWhat is 1 + 1?,#### 2\nWhat is 2 + 2?,#### 4\n")
+    with pytest.raises(DataError) as err:
+        clean_prompt_splits(read_jsonl(path), None, DataPrepParams.model_validate(prep_params),
+                            DataParams.model_validate(data_params))
+    message = str(err.value)
+    assert message.startswith(f"3 bad record(s) in {path}:\n  - {path}, line 1: malformed JSON")
+    assert message.endswith("No line of it is a JSON object: it is not JSON Lines (one JSON "
+                            "object per line). For a CSV, JSON or Parquet file, set "
+                            "dataset_name to a folder that holds it (Hugging Face datasets "
+                            "reads those).")
+    assert "on_bad_record=skip" not in message
 
 
 def test_bad_records_are_listed_in_the_order_of_their_lines(tmp_path, prep_params,
@@ -156,7 +175,8 @@ def test_rows_dropped_for_no_ground_truth_are_named_in_the_log_and_the_report(
     caplog.set_level("WARNING")
     _, _, report, _, _ = _run_all(path, None, tokenizer_dir, prep_params, data_params)
     why = (f"{path}, line 8: no_ground_truth: field 'answer' is 'ten', expected a "
-           "'#### <number>' line (answer_extraction 'gsm8k')")
+           "'#### <number>' line whose number is plain (72, -3, 1,000, 3.5) and ends at a "
+           "space or the line's end (answer_extraction 'gsm8k')")
     assert report["dropped"]["no_ground_truth"] == 1 and report["rows_filtered"] == [why]
     assert f"train: dropped 1 row(s) with no usable prompt or ground truth (the report lists " \
            f"them), e.g. {why}" in caplog.text
