@@ -316,6 +316,17 @@ def test_zero_steps_and_negative_guard_tolerances_are_refused_by_name() -> None:
     assert "repetition_rate" not in str(err.value)
 
 
+def test_a_missing_field_of_a_worked_example_is_named_as_missing() -> None:
+    """It read `data_prep.few_shot.0.answer={'question': 'x'}: Field required`: the
+    example given as the answer's value."""
+    from rl_pipeline.params import DataPrepParams
+
+    with pytest.raises(ConfigError) as err:
+        DataPrepParams.model_validate({"few_shot": [{"question": "x"}]})
+    assert str(err.value).endswith(
+        "  - data_prep.few_shot.0.answer: missing (required; given {'question': 'x'})")
+
+
 @pytest.mark.parametrize(("group", "values", "left_out", "kept"), [
     ("eval", {"greedy": True, "n_samples": 4}, "n_samples", "greedy"),
     ("train", {"engine": "trl"}, "verl", "trl"),

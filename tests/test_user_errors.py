@@ -234,3 +234,25 @@ def test_an_input_file_beside_dataset_name_is_refused_naming_both() -> None:
                             "dataset_validation_split": "v.jsonl"})) == 2
     assert two_sources({"dataset_name": "d", "dataset_validation_split": ""}) == []
     assert two_sources({"dataset_train_split": "t.jsonl"}) == []
+
+
+@pytest.mark.slow
+def test_a_misspelt_group_in_a_parameters_file_is_refused_naming_the_file(tmp_path) -> None:
+    """`data_perp:` in a parameters file: nothing read it, the run went ahead on the
+    defaults, and nothing said so (the same name as --params is refused)."""
+    project = make_project(tmp_path)
+    typo = project / "conf/cpu/parameters_typo.yml"
+    typo.write_text("data_perp:\n  dataset_prompt_column: problem\n_anchor: 3\n")
+    result, output = _data_prep(project, "data_prep.seed=1")
+    _assert_told_briefly(result, output, "conf/cpu/parameters_typo.yml: 'data_perp' is no "
+                                         "parameter group (did you mean 'data_prep'?); "
+                                         "nothing reads it. The groups: ")
+    assert not (project / "data/05_model_input").exists()  # refused before any node
+    from kedro.config import OmegaConfigLoader
+
+    from rl_pipeline import settings
+    from rl_pipeline.hooks import unknown_groups
+
+    typo.write_text("data_prep:\n  dataset_prompt_column: question\n_anchor: 3\n")
+    loader = OmegaConfigLoader(str(project / "conf"), env="cpu", **settings.CONFIG_LOADER_ARGS)
+    assert unknown_groups(loader) == []

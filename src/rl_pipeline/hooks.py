@@ -56,6 +56,7 @@ class WholeConfigurationHook:
     def after_context_created(self, context: KedroContext) -> None:
         raw = context.config_loader["parameters"]  # runtime --params included
         unread = (unread_runtime_params(context.config_loader)
+                  + unknown_groups(context.config_loader)
                   + two_sources(getattr(context.config_loader, "runtime_params", None) or {}))
         if unread:
             raise ConfigError("\n".join(unread))
@@ -152,6 +153,27 @@ def two_sources(runtime: dict[str, Any]) -> list[str]:
             "place of any file: give dataset_name or the files"
             for name in ("dataset_train_split", "dataset_validation_split")
             if runtime.get(name)]
+
+
+def unknown_groups(loader: Any) -> list[str]:
+    """A problem for each top-level key of a parameters file that is no parameter group: no
+    node reads it, so a misspelt group (``data_perp:``) would leave its settings unapplied
+    without a word (inside a group, pydantic refuses an unknown name)."""
+    import difflib
+
+    conf = Path(loader.conf_source)
+    problems = []
+    for env in dict.fromkeys([loader.base_env, loader.env]):
+        for file in sorted((conf / env).rglob("parameters*.yml")) if env else []:
+            for key in yaml.safe_load(file.read_text(encoding="utf-8")) or {}:
+                if key in PARAMETER_GROUPS or str(key).startswith("_"):  # _: a YAML variable
+                    continue
+                close = difflib.get_close_matches(str(key), PARAMETER_GROUPS, n=1)
+                problems.append(
+                    f"{file.relative_to(conf.parent)}: {key!r} is no parameter group"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f"; nothing reads it. The groups: {', '.join(PARAMETER_GROUPS)}")
+    return problems
 
 
 def _only_runtime(loader: Any, name: str) -> bool:

@@ -78,9 +78,16 @@ def test_a_reward_that_pays_everything_is_refused(tmp_path) -> None:
 
 
 def test_a_source_unknown_to_the_reward_names_what_it_raised() -> None:
-    _, failed = _run(RewardParams(), _rows("my/dataset", ["18"]))
+    _, failed = _run(RewardParams(), _rows("openai/gsm8K", ["18"]))
     assert "NotImplementedError" in failed[0][1]
-    assert "verl's default_compute_score for 'my/dataset'" in failed[0][1]
+    assert "verl's default_compute_score for 'openai/gsm8K'" in failed[0][1]
+    # The data_source is what to change, not the reward function (it said the opposite).
+    assert failed[0][1].endswith(
+        "To fix: the reward has no scorer for data_source 'openai/gsm8K' (NotImplementedError "
+        "on every row): set data_prep.data_source to a value whose scorer reads these answers "
+        "(table: docs/rewards.md), or reward.custom_reward_function to a reward for this data; "
+        "reward.self_test=warn only warns.")
+    assert "cannot help" not in failed[0][1]
 
 
 def test_warn_logs_and_off_skips(caplog) -> None:

@@ -1,7 +1,7 @@
 """What the estimates of a run need to know of its base model, read from the model folder's
 own files (config.json and the safetensors headers, no weights loaded): its size, its shapes,
-and the size of a LoRA adapter on it. The verl preflight's host checks and the forecast of any
-engine use them."""
+and the size of a LoRA adapter on it, and whether its target modules are there. The verl
+preflight's host checks, both preflights and the forecast of any engine use them."""
 
 from __future__ import annotations
 
@@ -79,3 +79,34 @@ def _is_lora_target(name: str, targets: list[str] | None) -> bool:
         return False
     module = name.rsplit(".", 2)[-2]
     return targets is None or module in targets
+
+
+def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
+    """What is allowed, when ``target_modules`` names a module that no weight of the model
+    at ``model_path`` belongs to; None when each name matches one (as peft matches a name:
+    the module's path, or its end after a dot), for all-linear or a regex, and for a
+    folder without safetensors (a hub id not yet fetched).
+
+    peft refuses such a target only when it wraps the model, after the forecast has loaded
+    it or at the first training step, with its traceback; a typo is caught here instead."""
+    targets = lora_target_names(target_modules)
+    folder = Path(model_path)
+    files = sorted(folder.glob("*.safetensors")) if targets and folder.is_dir() else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    modules: set[str] = set()
+    for file in files:
+        with safe_open(str(file), "pt") as f:
+            modules.update(name.rsplit(".", 1)[0] for name in f.keys()  # noqa: SIM118
+                           if name.endswith(".weight"))
+    unknown = [t for t in targets
+               if not any(m == t or m.endswith(f".{t}") for m in modules)]
+    if not unknown:
+        return None
+    linear = sorted({m.rsplit(".", 1)[-1] for m in modules if _is_lora_target(f"{m}.weight",
+                                                                               None)})
+    return (f"names of the model's modules: no module of {model_path} is named "
+            f"{', '.join(map(repr, unknown))}; its linear layers: {', '.join(linear)} "
+            "(or all-linear)")

@@ -232,6 +232,9 @@ def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
             # a rule over several fields (a follower): its message names them
             lines.append(f"  - {err['msg'].removeprefix('Value error, ')}")
             continue
+        if err["type"] == "missing":  # pydantic's input is then the mapping that lacks it
+            lines.append(f"  - {name}: missing (required; given {err.get('input')!r})")
+            continue
         lines.append(f"  - {name}={err.get('input')!r}: "
                      f"{err['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)

@@ -230,6 +230,10 @@ def self_test(score: Callable[[dict[str, Any], str, dict[str, Any]], float],
             "scorer": scorer_for(source, reward_name, reward_path), "rows": len(results),
             "gold_correct": gold_share, "wrong_below_gold": wrong_share,
             "errors": sum(r["error"] is not None for r in results),
+            # verl's default_compute_score (and ours after it) raise this for a data_source
+            # they have no scorer for: then the data_source is what to change.
+            "no_scorer": sum((r["error"] or "").startswith("NotImplementedError")
+                             for r in results),
             "passed": gold_share >= PASS_SHARE and wrong_share >= PASS_SHARE,
             "examples": [{k: v for k, v in r.items() if k not in ("ok", "terms")}
                          for r in (failed or results)[:EXAMPLES]]}
@@ -306,6 +310,9 @@ def failures(report: dict[str, dict[str, Any]],
         fix = (f"the reward function raised on {errors} of {result['rows']} rows, so "
                "changing data_prep.data_source cannot help: fix the reward function (or "
                "what it needs where it runs), then rerun" if errors else _FIX)
+        if errors and result.get("no_scorer") == errors:
+            fix = (f"the reward has no scorer for data_source {source!r} (NotImplementedError "
+                   f"on every row): {_FIX}")
         messages.append((source,
             f"reward self-test failed for data_source {source!r} (scorer: {result['scorer']}): "
             f"ideal answers scored at least reward.correct_score={correct_score:g} on "

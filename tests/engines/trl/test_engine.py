@@ -272,6 +272,15 @@ def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
     # The reward self-test names the data source, the reward's file and what it raised.
     assert "data_prep.data_source='openai/gsm8k': reward self-test failed" in message
     assert f"score from {broken}" in message and "KeyError" in message
+    # A typo in the LoRA targets: peft raised it with a traceback at the forecast, or at the
+    # first step with the forecast off.
+    with pytest.raises(PreflightError) as err:
+        plan_trl(TrlParams(lora_target_modules=["q_proj", "nope_proj"]), RewardParams(),
+                 str(train_file), str(tiny_model_dir), str(tmp_path), 4)
+    assert str(err.value).endswith(
+        "train.trl.lora_target_modules=['q_proj', 'nope_proj']: names of the model's modules: "
+        f"no module of {tiny_model_dir} is named 'nope_proj'; its linear layers: down_proj, "
+        "gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj (or all-linear)")
     report, config_yaml = plan_trl(TrlParams(), RewardParams(), str(train_file),
                                    str(tiny_model_dir), str(tmp_path), 4)
     assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0

@@ -127,6 +127,17 @@ def test_verls_reward_manager_tells_the_reward_how_each_response_ended(inputs) -
     assert score(reply, n, n) == 0.0  # the cap cut it off
 
 
+def test_a_lora_target_the_model_lacks_is_named_with_those_it_has(inputs) -> None:
+    """peft raised it with a traceback after "verl preflight passed", at the forecast or at
+    the first step on the GPUs."""
+    with pytest.raises(PreflightError, match=r"train.verl.actor_model_target_modules="
+                                             r"\['q_proj', 'nope_proj'\]: names of the model's "
+                                             r"modules: no module of .* is named 'nope_proj'; "
+                                             r"its linear layers: down_proj, gate_proj"):
+        _plan(inputs, {"actor_model_target_modules": "[q_proj,nope_proj]"})
+    assert _plan(inputs, {"actor_model_target_modules": "[q_proj,v_proj]"}).config
+
+
 def test_data_longer_than_the_limit_is_named(inputs) -> None:
     with pytest.raises(PreflightError, match=r"data.data_max_prompt_length=16: at least the "
                                              r"longest prompt of train_prompts"):

@@ -12,6 +12,7 @@ from rl_pipeline.engines.problems import PreflightError, Problem, model_code_pro
 from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import plain
 from rl_pipeline.engines.work import StepWork
+from rl_pipeline.models.facts import lora_target_problem
 from rl_pipeline.params import RewardParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.rewards import build_reward
@@ -78,6 +79,10 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     except (OSError, ValueError) as exc:
         problems.append(Problem("base_model", model_path, f"a model with a fast tokenizer and "
                                 f"a chat template: {exc}", group="catalog"))
+    if params.apply_lora and (allowed := lora_target_problem(model_path,
+                                                             params.lora_target_modules)):
+        problems.append(Problem("lora_target_modules", params.lora_target_modules, allowed,
+                                group="train.trl"))
     rows = pd.read_parquet(train_file).to_dict("records")
     try:
         score = build_reward(reward, strict=True)

@@ -74,7 +74,7 @@ from rl_pipeline.engines.verl.preflight import (
     resolve_hardware,
 )
 from rl_pipeline.engines.work import StepWork
-from rl_pipeline.models.facts import GiB, ModelFacts, lora_target_names
+from rl_pipeline.models.facts import GiB, ModelFacts, lora_target_names, lora_target_problem
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
@@ -307,6 +307,10 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
         return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
                         f"chat template: {exc}", group="catalog")]
     problems = check_chat_template(tokenizer, inputs.model_path)
+    model = config.actor_rollout_ref.model
+    if int(model.lora_rank) > 0 and \
+            (allowed := lora_target_problem(inputs.model_path, model.target_modules)):
+        problems.append(Problem("actor_model_target_modules", model.target_modules, allowed))
     prompt_problems, report["prompts"], rows = check_prompts(config, tokenizer)
     problems += prompt_problems
     if rows:
