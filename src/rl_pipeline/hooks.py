@@ -161,6 +161,8 @@ def unknown_groups(loader: Any) -> list[str]:
     without a word (inside a group, pydantic refuses an unknown name)."""
     import difflib
 
+    if not hasattr(loader, "conf_source"):  # a plain mapping (a test's): no files
+        return []
     conf = Path(loader.conf_source)
     problems = []
     for env in dict.fromkeys([loader.base_env, loader.env]):

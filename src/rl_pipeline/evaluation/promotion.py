@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.evaluation.metrics import DEGENERATION, comparable_metrics
-from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.evaluation.verdict import HACKING, WORSE
+from rl_pipeline.params.model_registry import FEW_PROMPTS
 
 # Metrics for which higher is worse.
 LOWER_IS_BETTER = (*DEGENERATION, "mean_response_tokens")

@@ -13,9 +13,9 @@ import matplotlib
 from rl_pipeline.evaluation.examples import examples_markdown
 from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
 from rl_pipeline.evaluation.metrics import usable_k
-from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.evaluation.verdict import RULE
 from rl_pipeline.params import DataParams, EvalParams, RewardParams
+from rl_pipeline.params.model_registry import FEW_PROMPTS
 from rl_pipeline.rewards.scoring import GSM8K_SOURCES
 
 matplotlib.use("Agg")  # headless: schedulers and CI have no display

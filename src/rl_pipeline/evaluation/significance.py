@@ -17,9 +17,6 @@ from typing import Any
 import numpy as np
 
 CONFIDENCE = 0.95
-# Below this many prompts the percentile bootstrap's interval is known to be too narrow: it
-# sees only the differences these prompts happen to show (3 prompts that all gained: [+1, +1]).
-FEW_PROMPTS = 20
 Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.96
 _CELLS = 4_000_000  # resampled values held at once (32 MB of float64)
 

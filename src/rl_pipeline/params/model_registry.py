@@ -7,8 +7,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from rl_pipeline.evaluation.significance import FEW_PROMPTS
 from rl_pipeline.params.base import ParamGroup
+
+# Below this many prompts the percentile bootstrap's interval is known to be too narrow: it
+# sees only the differences these prompts happen to show (3 prompts that all gained: [+1, +1]).
+# The gate's default minimum, and where eval's report says to read an interval as rough.
+FEW_PROMPTS = 20
 
 
 class RegistryParams(ParamGroup):
