@@ -55,6 +55,19 @@ def test_majority_vote_counts_answers_and_breaks_ties_by_first_appearance() -> N
     assert not majority_vote([None, None], [True, True])
 
 
+def test_a_hedged_gsm8k_answer_casts_no_vote() -> None:
+    """"#### 5 ... #### 7" voted 5 (strict-match's first answer) with the reward that 7 (the
+    reward's last) earned: the wrong majority answer 5 counted as right."""
+    from rl_pipeline.evaluation.answers import extract_answer
+
+    assert extract_answer("openai/gsm8k", "So 2 + 3.\n#### 5\nNo: 3 + 4.\n#### 7") is None
+    assert extract_answer("openai/gsm8k", "#### 7\nso #### 7.") == "7"  # the same twice
+    responses = ["#### 5\n#### 7", "#### 5", "#### 5", "#### 7"]
+    answers = [extract_answer("openai/gsm8k", r) for r in responses]
+    assert answers == [None, "5", "5", "7"]
+    assert not majority_vote(answers, [True, False, False, True])
+
+
 def test_usable_k_skips_k_above_the_samples() -> None:
     assert usable_k([8, 1, 4, 4], 4) == ([1, 4], [8])
     assert usable_k([4], 1) == ([1], [4])  # pass@1 always: the verdict's correctness

@@ -125,3 +125,19 @@ def test_eval_reports_each_weighted_terms_mean_per_model() -> None:
     metrics = model_metrics(frame, resamples=100)
     assert metrics["mean_term_correct"] == 0.5
     assert metrics["mean_term_format"] == 0.75
+
+
+def test_a_right_answer_near_the_cap_is_right_whatever_the_overlong_penalty() -> None:
+    """DAPO's overlong penalty lowered a right answer's reward (1.0 -> 0.25 at 44 of 48
+    tokens), and pass@1 called the answer wrong: correctness is the function's own score."""
+    prompts = PROMPTS.iloc[[4]].reset_index(drop=True)
+    reward = eval_reward(RewardParams(custom_reward_function={"name": "compute_score"},
+                                      overlong_buffer_len=16))
+    data = [{**prompts.iloc[0].to_dict(), "data_source": "exact_match"}]
+    frame = score_generations(pd.DataFrame(data), [
+        Generation(0, 0, "Answer: Paris", tokens=44, truncated=False),
+        Generation(0, 1, "Answer: Paris", tokens=20, truncated=False)], "trained", reward, 48)
+    assert list(frame["reward"]) == [0.25, 1.0] and list(frame["function_score"]) == [1.0, 1.0]
+    scores = per_prompt_scores(frame, pass_k=(1, 2))
+    assert scores.loc[0, "pass_at_1"] == 1.0 and scores.loc[0, "maj_at_1"] == 1.0
+    assert scores.loc[0, "mean_reward"] == 0.625  # the headline keeps the penalty

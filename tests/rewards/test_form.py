@@ -36,6 +36,9 @@ def test_loops_are_repetitive(response: str) -> None:
     "57 + 26 = 83\n#### 83",
     "#### 10",  # short: nothing repeats
     "= 5\n= 5\nSo 10.",  # a line twice is not a loop
+    # Markup a MATH or code answer repeats by form: it flagged such answers as repetitive.
+    "First\n\\[\nx = 1\n\\]\nthen\n\\[\ny = 2\n\\]\nso\n\\[\nz = 3\n\\]\n\\boxed{3}",
+    "```python\nf(1)\n```\nand\n```python\nf(2)\n```\nor\n```python\nf(3)\n```",
 ])
 def test_ordinary_answers_are_not(response: str) -> None:
     assert not is_repetitive(response)

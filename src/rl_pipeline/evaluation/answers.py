@@ -10,7 +10,13 @@ import re
 
 from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed, strip_string
 
-from rl_pipeline.evaluation.gsm8k import flexible_extract, is_gsm8k_source, strict_match
+from rl_pipeline.evaluation.gsm8k import (
+    STRICT_PATTERN,
+    flexible_extract,
+    is_gsm8k_source,
+    normalise,
+    strict_match,
+)
 
 _SPACE = re.compile(r"\s+")
 
@@ -26,13 +32,18 @@ def extract_answer(data_source: str, response: str, pred: str | None = None) -> 
 
     Returns:
         GSM8K sources: the strict-match answer, else the flexible-extract one (lm-eval's
-        normalisation). Other sources: the last ``\\boxed{}`` (verl's MATH normalisation),
+        normalisation); None for a response with several different ``####`` answers.
+        Other sources: the last ``\\boxed{}`` (verl's MATH normalisation),
         else, on non-GSM8K sources, the whole response with whitespace collapsed, so that
         short free-text answers (a custom reward's) still vote.
     """
     if pred is not None:
         return str(pred).strip()
     if is_gsm8k_source(data_source):
+        # A hedge ("#### 5 ... #### 7") does not vote: strict-match reads its first answer
+        # and the reward its last, so its vote for 5 would carry the reward that 7 earned.
+        if len({normalise(a.strip()) for a in STRICT_PATTERN.findall(response)}) > 1:
+            return None
         return strict_match(response) or flexible_extract(response)
     boxed = last_boxed(response)
     if boxed is not None:

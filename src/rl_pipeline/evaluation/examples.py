@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from rl_pipeline.evaluation.metrics import correctness_score
+
 EXAMPLES = 6
 PER_KIND = 2
 _TEXT_LIMIT = 600  # characters of a response shown; the generations table has all of it
@@ -81,7 +83,7 @@ def _right(row: pd.Series, label: str, correct_score: float) -> bool:
     strict, flexible = row[f"strict_{label}"], row[f"flexible_{label}"]
     if pd.notna(strict):
         return bool(strict or flexible)
-    return bool(row[f"reward_{label}"] >= correct_score)
+    return bool(correctness_score(row, f"_{label}") >= correct_score)
 
 
 def _judged(row: pd.Series, label: str, correct_score: float) -> str:
@@ -90,7 +92,7 @@ def _judged(row: pd.Series, label: str, correct_score: float) -> str:
     strict, flexible = row[f"strict_{label}"], row[f"flexible_{label}"]
     if pd.isna(strict):
         return (f"right: reward at least {correct_score:g}"
-                if row[f"reward_{label}"] >= correct_score else "wrong")
+                if correctness_score(row, f"_{label}") >= correct_score else "wrong")
     if strict:
         return "right: the #### answer"
     return "right by its last number only (flexible), not as a #### answer" if flexible \

@@ -57,6 +57,16 @@ def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> boo
     return first[max(counts, key=counts.__getitem__)]  # max keeps the first of equal counts
 
 
+def correctness_score(generations: pd.DataFrame | pd.Series, suffix: str = "") -> Any:
+    """The score that says whether an answer is right: the reward function's own
+    (``function_score``), not the reward with DAPO's overlong penalty, which made a right
+    answer that ended near the cap "wrong"; the reward where an older table lacks it."""
+    column = f"function_score{suffix}"
+    if column in generations:
+        return generations[column]
+    return generations[f"reward{suffix}"]
+
+
 def usable_k(pass_k: Sequence[int], samples: int) -> tuple[list[int], list[int]]:
     """The k of ``pass_k`` that ``samples`` samples per prompt allow, and the ones skipped.
     k = 1 is always among them: pass@1 is the verdict's correctness off GSM8K-style sources
@@ -76,7 +86,8 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
             ``answer``, ``response_tokens``, ``truncated``, ``repetitive`` and
             ``no_reasoning``.
         pass_k: The k of pass@k and maj@k; those above the samples per prompt are left out.
-        correct_reward: A sample is correct (pass@k, maj@k) when its reward is at least this.
+        correct_reward: A sample is correct (pass@k, maj@k) when its reward function's score
+            (before the overlong penalty) is at least this.
 
     Returns:
         One row per prompt (index ``prompt_index``) with ``data_source``, ``samples``,
@@ -91,7 +102,7 @@ def per_prompt_scores(generations: pd.DataFrame, pass_k: Sequence[int] = (1,),
     rows = []
     for prompt, group in frame.groupby("prompt_index", sort=True):
         n = len(group)
-        correct = (group["reward"] >= correct_reward).to_numpy()
+        correct = (correctness_score(group) >= correct_reward).to_numpy()
         row: dict[str, Any] = {"prompt_index": prompt,
                                "data_source": str(group["data_source"].iloc[0]),
                                "samples": n, "mean_reward": float(group["reward"].mean())}

@@ -37,7 +37,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
     Returns:
         Columns ``model``, ``prompt_index``, ``sample_index``, ``data_source``, ``prompt``,
         ``ground_truth``, ``response``, ``response_tokens``, ``truncated``, ``reward`` (the
-        headline), ``reward_error`` (the reward function raised; scored 0),
+        headline), ``function_score`` (the reward function's own score, before the overlong
+        penalty: correctness), ``reward_error`` (the reward function raised; scored 0),
         ``reward_timeout`` (it ran past ``reward.timeout_s``; scored 0), ``strict`` and
         ``flexible`` (lm-evaluation-harness's GSM8K scores, 1.0 or 0.0, on GSM8K sources
         only, else NaN: see :func:`~rl_pipeline.evaluation.gsm8k.is_gsm8k_source`),
@@ -67,6 +68,8 @@ def score_generations(prompts: pd.DataFrame, generations: Sequence[Generation], 
             "ground_truth": truth, "response": g.text, "response_tokens": g.tokens,
             "truncated": g.truncated,
             "reward": scored.reward,
+            # Before the overlong penalty: what says whether the answer is right (pass@k).
+            "function_score": scored.function_score,
             "reward_error": scored.error is not None and not scored.timed_out,
             "reward_timeout": scored.timed_out,
             "strict": strict_score(g.text, truth) if gsm8k else math.nan,

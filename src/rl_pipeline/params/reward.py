@@ -218,9 +218,10 @@ class RewardParams(ParamGroup):
         "It holds on any thread: verl's reward loop, a Ray actor, TRL, eval. null: no limit, "
         "the function runs in the calling thread (a hung sample then stalls the run).")
     correct_score: float = Field(
-        1.0, description="A response is correct when its reward is at least this: pass@k, "
-        "maj@k and the eval verdict off GSM8K-style sources, and the reward self-test. The "
-        "built-in rewards pay 1.0 for a correct answer.")
+        1.0, description="A response is correct when its reward function's score (before "
+        "the overlong penalty) is at least this: pass@k, maj@k and the eval verdict off "
+        "GSM8K-style sources, and the reward self-test. The built-in rewards pay 1.0 for a "
+        "correct answer.")
     overlong_buffer_len: int = Field(
         0, ge=0, description="DAPO's soft overlong punishment: over the last this many tokens "
         "before the response cap (data.data_max_response_length) the reward falls linearly, "

@@ -9,11 +9,12 @@ The definitions, on a response's text:
 
 - **final answer** (GSM8K style): a ``#### <number>`` (the pattern of GSM8K's strict score).
   A response *answers once* when it has exactly one.
-- **repetitive**: a non-empty line occurs :data:`MAX_LINE_REPEATS` or more times (``#### 10``
-  on every line), or at least :data:`MAX_NGRAM_REPEAT_SHARE` of its word
-  :data:`NGRAM`-grams repeat an earlier one (a loop within a line: ``The answer is 10. The
-  answer is 10. ...``). Measured on GSM8K's 7,473 reference solutions: no solution is
-  repetitive by either rule (``tests/rewards/test_form.py``).
+- **repetitive**: a line of content (not markup such as ``\\[`` or a code fence) occurs
+  :data:`MAX_LINE_REPEATS` or more times (``#### 10`` on every line), or at least
+  :data:`MAX_NGRAM_REPEAT_SHARE` of its word :data:`NGRAM`-grams repeat an earlier one (a
+  loop within a line: ``The answer is 10. The answer is 10. ...``). Measured on GSM8K's
+  7,473 reference solutions: no solution is repetitive by either rule
+  (``tests/rewards/test_form.py``).
 - **no reasoning**: the response has an answer (a ``#### <number>``, else a ``\\boxed{}``,
   else a number) and the text before it has fewer than :data:`MIN_REASONING_WORDS` words or
   no number at all (``#### 10`` alone, or ``The answer is #### 10``).
@@ -38,6 +39,9 @@ TRUNCATED = "truncated"  # stopped by the cap, not by an end-of-sequence token
 ANSWER = re.compile(r"#### (\-?[0-9][0-9\.\,]*)")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 MAX_LINE_REPEATS = 3
+# A line that is only markup: no letter or digit (\[, \], $$, }), a code fence, or a LaTeX
+# environment's \begin{...} or \end{...}.
+_MARKUP_LINE = re.compile(r"[^\w]*|```\w*|\\(?:begin|end)\{[^}]*\}")
 NGRAM = 4
 MAX_NGRAM_REPEAT_SHARE = 0.5  # GSM8K reference solutions reach 0.31 (templated steps)
 MIN_NGRAMS = 8  # below this many n-grams the share says nothing
@@ -56,8 +60,11 @@ def final_answers(response: str) -> list[str]:
 
 
 def repeated_line(response: str) -> str | None:
-    """A non-empty line that occurs at least :data:`MAX_LINE_REPEATS` times, or None."""
-    lines = Counter(line.strip() for line in response.splitlines() if line.strip())
+    """A line of content that occurs at least :data:`MAX_LINE_REPEATS` times, or None.
+    Markup lines do not count: a MATH solution opens and closes several ``\\[`` display
+    blocks, and an answer with code several fences (``` ```python ```)."""
+    lines = Counter(line.strip() for line in response.splitlines()
+                    if line.strip() and not _MARKUP_LINE.fullmatch(line.strip()))
     line, count = lines.most_common(1)[0] if lines else ("", 0)
     return line if count >= MAX_LINE_REPEATS else None
 
