@@ -34,6 +34,70 @@ def test_a_right_program_passes_its_tests_and_a_wrong_one_does_not() -> None:
     assert build_reward(RewardParams())("code_tests", SOLUTION, TESTS) == 1.0  # by data_source
 
 
+@pytest.mark.parametrize("program", [
+    "import sys\nsys.exit(0)", "raise SystemExit", "import os\nos._exit(0)",
+    "import atexit, os\natexit.register(lambda: os._exit(0))",
+    "class Any:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+    "def add(a, b):\n    return Any()",
+    "class I(int):\n    __eq__ = lambda s, o: True\ndef add(a, b):\n    return I(0)",
+], ids=["sys.exit", "SystemExit", "os._exit", "atexit", "equal to anything", "int subclass"])
+def test_a_program_that_dodges_the_tests_scores_zero(program: str) -> None:
+    """Each of these scored 1.0: it exited 0 before the tests ran, or returned a value that
+    equals anything."""
+    assert code_tests("code_tests", f"```python\n{program}\n```",
+                      TESTS + "\nassert add(0, 0) != 1\nassert 3 in [add(1, 2)]") == 0.0
+
+
+def test_a_program_that_prints_without_end_costs_the_host_no_memory() -> None:
+    """Its output went through a pipe into this process, all of it, before 64 kB were
+    kept: one response took gigabytes of the trainer's memory."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_python("import sys\nwhile True:\n    sys.stdout.buffer.write(b'x' * 2**20)",
+                        SandboxLimits(timeout_s=10, file_mb=16))
+    assert not result.passed and "File too large" in result.stderr  # the file-size limit
+    assert len(result.stdout) == 65536
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
+
+
+def test_a_sandbox_whose_caller_was_killed_ends_at_its_limit(tmp_path: Path) -> None:
+    """A reward worker killed past reward.timeout_s left its sandbox running, orphaned."""
+    import os
+    import signal
+    import sys
+    import time
+
+    marker = f"SLEEPER={os.getpid()}"
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "from rl_pipeline.rewards.sandbox import SandboxLimits, run_python\n"
+        "run_python('import time\\ntime.sleep(600)', SandboxLimits(timeout_s=2), "
+        f"env={{'SLEEPER': '{os.getpid()}'}})")])
+
+    def sandboxes() -> list[str]:
+        """This test's sandboxed processes (its variable in their environment)."""
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and \
+                        marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(proc.name)
+            except OSError:
+                pass
+        return found
+
+    deadline = time.time() + 20
+    while not sandboxes() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sandboxes(), "the sandbox never started"
+    caller.send_signal(signal.SIGKILL)
+    caller.wait()
+    deadline = time.time() + 10
+    while sandboxes() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not sandboxes()
+
+
 def test_the_program_is_the_last_fenced_block() -> None:
     assert program_from_response("a\n```python\nx = 1\n```\nb\n```\ny = 2\n```") == "y = 2\n"
     assert program_from_response("x = 1") == "x = 1"

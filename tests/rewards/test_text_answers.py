@@ -44,6 +44,10 @@ def test_normalisation_drops_case_punctuation_and_extra_spaces_only() -> None:
     ("#### new york", ["NYC", "New York"], 1.0),  # several acceptable answers
     ("I am not sure.", "Paris", 0.0),
     ("Answer:", "", 0.0),  # an empty answer never matches, not even an empty truth
+    # A number keeps its sign, point and slash: each of these scored 1.0.
+    ("Answer: 5", "-5", 0.0), ("Answer: -5", "5", 0.0), ("Answer: 35", "3.5", 0.0),
+    ("Answer: 12", "1/2", 0.0), ("Answer: 12", "1:2", 0.0),
+    ("Answer: -5", "-5", 1.0), ("Answer: 3.5.", "3.5", 1.0), ("Answer: 1,000", "1000", 1.0),
 ])
 def test_exact_match(response: str, truth, score: float) -> None:
     assert exact_match("exact_match", response, truth) == score
@@ -52,8 +56,11 @@ def test_exact_match(response: str, truth, score: float) -> None:
 @pytest.mark.parametrize(("response", "picked"), [
     ("Answer: B", "B"), ("The answer is (c).", "C"), ("Answer: B. Paris", "B"),
     ("A is wrong.\nSo D", "D"), ("Answer: none of them", None),
+    # After a marker the first letter: these picked the I and the A.
+    ("Answer: B, as I said", "B"), ("Answer: B (option A is wrong)", "B"),
+    ("I think it is B", "B"),  # no marker: the last
 ])
-def test_the_option_picked_is_the_last_standalone_letter_of_the_final_answer(
+def test_the_option_picked_is_the_first_letter_after_a_marker_else_the_last(
         response: str, picked: str | None) -> None:
     assert chosen_option(response) == picked
 

@@ -15,8 +15,11 @@ the machines this project is built for, and ``unshare`` does the same in a few l
 - a PID namespace (the program cannot see or signal the host's processes; killing its first
   process ends all of them);
 - the program itself runs as ``nobody`` with no capabilities and ``no_new_privs``
-  (``setpriv``), under resource limits (``prlimit``): address space, CPU seconds, processes
-  (a fork bomb hits the limit), file size; and a wall-clock limit from here.
+  (``setpriv``), under resource limits (``prlimit``): address space per process, CPU
+  seconds, processes (a fork bomb hits the limit; 4 processes of 512 MB: 2 GB at most), file
+  size, its output included (it goes to files, so a program that prints without end costs
+  the host no memory); and a wall-clock limit, kept both from here and inside the namespace
+  (``timeout``), so a sandbox whose caller was killed still ends.
 
 It needs root, or unprivileged user namespaces (then the program runs as the namespace's
 root mapped to the calling user, and the process limit counts that user's processes):
@@ -45,7 +48,7 @@ class SandboxLimits:
     timeout_s: float = 10.0  # wall clock, from outside
     memory_mb: int = 512  # address space (RLIMIT_AS)
     cpu_s: int = 10  # CPU time (RLIMIT_CPU)
-    processes: int = 32  # processes of the sandbox's user (RLIMIT_NPROC)
+    processes: int = 4  # processes of the sandbox's user (RLIMIT_NPROC); each has memory_mb
     file_mb: int = 16  # largest file it may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # its writable folder (a tmpfs)
 
@@ -115,12 +118,17 @@ def sandbox_problem() -> str | None:
     return None
 
 
+_KEPT = 65536  # bytes of each output stream kept
+
+
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(),
-               files: dict[str, str] | None = None) -> SandboxResult:
+               files: dict[str, str] | None = None,
+               env: dict[str, str] | None = None) -> SandboxResult:
     """Run ``code`` (as ``/scratch/main.py``, with ``files`` beside it) in the sandbox.
 
     The program's working folder is ``/scratch``; it sees nothing of the host but ``/usr``
-    and ``/etc``, read-only. Its output is capped at 64 kB each.
+    and ``/etc``, read-only. The last 64 kB of each output stream are kept (it may write up
+    to ``file_mb``; past that the file-size limit ends it). ``env``: variables it sees.
     """
     unshare, drop = _prefix()
     limit = ["prlimit", f"--as={limits.memory_mb << 20}", f"--cpu={limits.cpu_s}",
@@ -132,24 +140,34 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(),
         (staged / "main.py").write_text(code, encoding="utf-8")
         for name, text in (files or {}).items():
             (staged / name).write_text(text, encoding="utf-8")
+        # timeout inside the namespace too: should this process be killed (a reward worker
+        # past reward.timeout_s), the sandbox, orphaned, still ends at its limit.
+        inside = f"{limits.timeout_s + 1:g}"
         command = [*unshare, "sh", "-c", _SETUP, "sandbox", str(root), str(staged), *drop,
                    *limit, "/usr/bin/env", "-i", "PATH=/usr/bin", "HOME=/scratch",
-                   "sh", "-c", f"cd /scratch && exec {PYTHON} -I -S main.py"]
+                   *(f"{k}={v}" for k, v in (env or {}).items()), "sh", "-c",
+                   f"cd /scratch && exec timeout -s KILL {inside} {PYTHON} -I -S main.py"]
         started = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                     "SCRATCH_MB": str(limits.scratch_mb)},
-                                start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=limits.timeout_s)
-            timed_out, code_ = False, proc.returncode
-        except subprocess.TimeoutExpired:
-            _kill_namespace(proc)
-            out, err = proc.communicate()
-            timed_out, code_ = True, None
-    return SandboxResult(code_, out.decode("utf-8", "replace")[:65536],
-                         err.decode("utf-8", "replace")[:65536], timed_out,
+        with open(Path(tmp) / "stdout", "w+b") as out, open(Path(tmp) / "stderr", "w+b") as err:
+            proc = subprocess.Popen(command, stdout=out, stderr=err,
+                                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                         "SCRATCH_MB": str(limits.scratch_mb)},
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=limits.timeout_s)
+                timed_out, code_ = False, proc.returncode
+            except subprocess.TimeoutExpired:
+                _kill_namespace(proc)
+                timed_out, code_ = True, None
+            texts = [_tail(stream) for stream in (out, err)]
+    return SandboxResult(code_, texts[0], texts[1], timed_out,
                          round(time.perf_counter() - started, 3))
+
+
+def _tail(stream) -> str:
+    # The end: a traceback's last line, the test harness's closing line.
+    stream.seek(max(0, stream.seek(0, os.SEEK_END) - _KEPT))
+    return stream.read(_KEPT).decode("utf-8", "replace")
 
 
 def _kill_namespace(proc: subprocess.Popen) -> None:
@@ -186,13 +204,78 @@ def program_from_response(response: str) -> str:
     return rest if first.strip().isidentifier() or not first.strip() else last
 
 
+# Runs in the sandbox: the program, then the tests in its namespace, then a line only this
+# harness knows (a nonce from the environment, taken out before the program runs). A program
+# that exits before the tests (sys.exit(0), os._exit(0)) never prints it, and a comparison
+# in the tests refuses a value whose type the program defined (an object equal to anything).
+_HARNESS = textwrap.dedent("""\
+    import ast, os, sys
+
+
+    def _main(done=os.environ.pop("RL_TESTS_DONE", ""), write=os.write, type_=type,
+              all_=all, plain=(int, float, complex, str, bytes, bool, type(None)),
+              containers=(list, tuple, set, frozenset)):
+        def suspect(value):
+            kind = type_(value)
+            if kind in plain:
+                return False
+            if kind in containers:
+                return not all_(not suspect(v) for v in value)
+            if kind is dict:
+                return not all_(not suspect(k) and not suspect(v) for k, v in value.items())
+            return getattr(kind, "__module__", None) == "__main__"
+
+        def same(left, right):
+            return not suspect(left) and not suspect(right) and left == right
+
+        def contained(left, right):
+            return not suspect(left) and left in right
+
+        class Checked(ast.NodeTransformer):
+            def visit_Compare(self, node):
+                self.generic_visit(node)
+                if len(node.ops) != 1:
+                    return node
+                op, calls = node.ops[0], {ast.Eq: "_rl_same", ast.NotEq: "_rl_same",
+                                          ast.In: "_rl_in", ast.NotIn: "_rl_in"}
+                name = calls.get(type_(op))
+                if name is None:
+                    return node
+                call = ast.Call(ast.Name(name, ast.Load()),
+                                [node.left, node.comparators[0]], [])
+                negated = isinstance(op, (ast.NotEq, ast.NotIn))
+                return ast.UnaryOp(ast.Not(), call) if negated else call
+
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        with open("program.py", encoding="utf-8") as f:
+            exec(compile(f.read(), "program.py", "exec"), namespace)
+        with open("tests.py", encoding="utf-8") as f:
+            tests = ast.parse(f.read(), "tests.py")
+        for node in tests.body:
+            if isinstance(node, ast.Assert):
+                node.test = Checked().visit(node.test)
+        namespace.update(_rl_same=same, _rl_in=contained)
+        exec(compile(ast.fix_missing_locations(tests), "tests.py", "exec"), namespace)
+        sys.stdout.flush()
+        write(1, ("\\n" + done + "\\n").encode())
+
+
+    _main()
+""")
+
+
 def code_tests(data_source: str, solution_str: str, ground_truth: str,
                extra_info: dict | None = None) -> float:
     """1.0 when the response's program passes the ground truth's tests (MBPP-style
     ``assert`` lines, with any set-up they need) run after it in the sandbox, else 0: a
-    failed test, an error, a timeout or a limit hit. The program never runs outside the
-    sandbox (:func:`run_python`)."""
-    program = program_from_response(solution_str)
-    result = run_python(f"{program}\n\n# --- the tests ---\n{ground_truth}\n",
-                        SandboxLimits(timeout_s=5.0, cpu_s=5))
-    return 1.0 if result.passed else 0.0
+    failed test, an error, a timeout or a limit hit, a program that exits before the tests
+    have run, or a tested value of a type the program defined. The program never runs
+    outside the sandbox (:func:`run_python`)."""
+    import secrets
+
+    done = secrets.token_hex(16)
+    result = run_python(_HARNESS, SandboxLimits(timeout_s=5.0, cpu_s=5),
+                        files={"program.py": program_from_response(solution_str),
+                               "tests.py": f"{ground_truth}\n"},
+                        env={"RL_TESTS_DONE": done})
+    return 1.0 if result.passed and result.stdout.rstrip().endswith(done) else 0.0

@@ -20,7 +20,14 @@ def final_answer(response: str) -> str:
     """The response's final answer, on one line, without a trailing full stop: the first
     line after the last ``####`` or ``answer:``/``answer is`` marker, else the last
     ``\\boxed{}``'s content, else the last non-empty line."""
+    return _final_answer(response)[0]
+
+
+def _final_answer(response: str) -> tuple[str, bool]:
+    """:func:`final_answer`, and whether a marker or ``\\boxed{}`` introduced it (its
+    start is then the answer; a last line's end is)."""
     markers = list(_MARKER.finditer(response))
+    marked = True
     if markers:
         lines = response[markers[-1].end():].strip().splitlines()
         text = lines[0] if lines else ""
@@ -28,16 +35,26 @@ def final_answer(response: str) -> str:
         text = boxed[-1]
     else:
         lines = [line for line in response.splitlines() if line.strip()]
-        text = lines[-1] if lines else ""
-    return text.strip().rstrip(".").strip()
+        text, marked = (lines[-1] if lines else ""), False
+    return text.strip().rstrip(".").strip(), marked
 
 
 def normalize_answer(text: str) -> str:
-    """Unicode NFKC, case-folded, punctuation removed (every Unicode P* character),
-    whitespace collapsed: "The  Eiffel-Tower!" and "the eiffeltower" are the same."""
+    """Unicode NFKC, case-folded, punctuation removed (every Unicode P* character) except
+    what a number holds (a minus sign, and ``.``, ``/`` or ``:`` between digits),
+    whitespace collapsed: "The  Eiffel-Tower!" and "the eiffeltower" are the same, "-5" and
+    "5", or "3.5" and "35", are not."""
     text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(c for c in text if not unicodedata.category(c).startswith("P"))
-    return " ".join(text.split())
+    return " ".join("".join(c for i, c in enumerate(text)
+                            if not unicodedata.category(c).startswith("P")
+                            or _in_number(text, i)).split())
+
+
+def _in_number(text: str, i: int) -> bool:
+    after = text[i + 1:i + 2].isdigit()
+    if text[i] == "-":
+        return after
+    return text[i] in "./:" and after and text[i - 1:i].isdigit()
 
 
 def _truths(ground_truth: str | Sequence[str]) -> list[str]:
@@ -57,13 +74,15 @@ def exact_match(data_source: str, solution_str: str, ground_truth: str | Sequenc
 
 
 def chosen_option(response: str) -> str | None:
-    """The option letter the final answer picks: the last standalone capital letter, or
-    letter in parentheses, ("B", "(b)", "B)", "B. Paris"), upper-cased; None when there is
-    none."""
-    found = _LETTER.findall(final_answer(response))
+    """The option letter the final answer picks: a standalone capital letter, or letter in
+    parentheses, ("B", "(b)", "B)", "B. Paris"), upper-cased; None when there is none. After
+    an answer marker the first (``Answer: B, as I said``: B, not the I), on a last line
+    without one the last (``I think it is B``)."""
+    text, marked = _final_answer(response)
+    found = _LETTER.findall(text)
     if not found:
         return None
-    paren, bare = found[-1]
+    paren, bare = found[0] if marked else found[-1]
     return (paren or bare).upper()
 
 
