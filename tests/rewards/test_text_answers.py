@@ -65,6 +65,12 @@ def test_the_option_picked_is_the_first_letter_after_a_marker_else_the_last(
     assert chosen_option(response) == picked
 
 
+def test_a_ground_truth_that_is_a_number_or_missing_is_read_not_raised_on() -> None:
+    assert exact_match("exact_match", "Answer: 72", 72) == 1.0
+    assert exact_match("exact_match", "Answer: 72", None) == 0.0
+    assert choice("choice", "Answer: 72", 72) == 1.0
+
+
 def test_choice_compares_letters_case_blind_and_labels_as_exact_match() -> None:
     assert choice("choice", "Answer: (b)", "B") == 1.0
     assert choice("choice", "Answer: C", "b") == 0.0

@@ -13,7 +13,7 @@ The definitions, on a response's text:
   :data:`MAX_LINE_REPEATS` or more times (``#### 10`` on every line), or at least
   :data:`MAX_NGRAM_REPEAT_SHARE` of its word :data:`NGRAM`-grams repeat an earlier one (a
   loop within a line: ``The answer is 10. The answer is 10. ...``). Measured on GSM8K's
-  7,473 reference solutions: no solution is repetitive by either rule
+  8,792 reference solutions (train and test): none is repetitive by either rule
   (``tests/rewards/test_form.py``).
 - **no reasoning**: the response has an answer (a ``#### <number>``, else a ``\\boxed{}``,
   else a number) and the text before it has fewer than :data:`MIN_REASONING_WORDS` words or

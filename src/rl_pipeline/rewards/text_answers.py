@@ -57,10 +57,13 @@ def _in_number(text: str, i: int) -> bool:
     return text[i] in "./:" and after and text[i - 1:i].isdigit()
 
 
-def _truths(ground_truth: str | Sequence[str]) -> list[str]:
-    """One acceptable answer, or several (a list in the data)."""
-    if isinstance(ground_truth, str):
-        return [ground_truth]
+def _truths(ground_truth: str | Sequence[str] | None) -> list[str]:
+    """One acceptable answer, or several (a list in the data); a number as its text, and
+    none for a missing one (it raised on every sample, each scored 0 as an error)."""
+    if ground_truth is None:
+        return []
+    if isinstance(ground_truth, str) or not isinstance(ground_truth, Sequence):
+        return [str(ground_truth)]
     return [str(t) for t in ground_truth]
 
 
