@@ -88,3 +88,33 @@ def test_kedro_prune_lists_then_removes_and_tags_the_registry(tmp_path) -> None:
             for v in client.search_model_versions("name='rl_pipeline'")}
     assert tags["2"].startswith("folder removed by kedro prune on ")
     assert not tags["1"].startswith("folder removed") and not tags["3"].startswith("folder")
+
+
+@pytest.mark.slow
+def test_prune_asking_a_registry_without_the_model_removes_nothing(tmp_path) -> None:
+    """The merges registered in another store (a tracking server, MLFLOW_REGISTRY_URI in
+    the scheduler's unit): prune asked the project's own SQLite store, found no alias, and
+    removed the champion's folder with the others."""
+    project = make_project(tmp_path)
+    merged = project / "data/06_models/merged_model"
+    for name in MERGED:
+        _version(merged, name)
+    server = f"sqlite:///{project}/server.db"
+    client = mlflow.MlflowClient(tracking_uri=server, registry_uri=server)
+    client.create_registered_model("rl_pipeline")
+    folder = f"data/06_models/merged_model/{MERGED[0]}/merged_model"
+    client.create_model_version("rl_pipeline", (project / folder).as_uri(),
+                                tags={PATH_TAG: folder})
+    client.set_registered_model_alias("rl_pipeline", CHAMPION, "1")
+    prune = [sys.executable, "-m", "kedro", "prune", "--env", "cpu", "--keep", "1", "--apply"]
+
+    refused = run_command(project, prune)
+    assert refused.returncode == 1
+    assert "has no registered model 'rl_pipeline', so prune cannot tell which of the 2 " \
+           "merged model(s) it would remove a registry alias" in refused.stderr
+    assert "Nothing was removed." in refused.stderr
+    assert len(list(merged.iterdir())) == 3
+    # Pointed at the registry that has it: the champion's folder stays.
+    applied = run_command(project, prune, MLFLOW_REGISTRY_URI=server)
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    assert sorted(p.name for p in merged.iterdir()) == [MERGED[0], MERGED[2]]

@@ -273,6 +273,19 @@ def _prune(context: Any, project: Path, keep: int, apply_: bool) -> None:
     name = context.params["registry"].model_name  # None: nothing registered
     entries = plan(datasets, keep, model_registry.alias_folders(name) if name else {})
     gone = [e for e in entries if e.kept_because is None]
+    merged = [e for e in gone if e.dataset == "merged_model"]
+    if name and merged and not model_registry.is_registered(name):
+        # Another store than the merges registered in (no --env, MLFLOW_REGISTRY_URI unset):
+        # no alias found, so the champion's folder would go with the others.
+        import mlflow
+
+        raise click.ClickException(
+            f"the registry {mlflow.get_registry_uri()} has no registered model {name!r}, so "
+            f"prune cannot tell which of the {len(merged)} merged model(s) it would remove "
+            "a registry alias (champion, candidate) holds. Run it with the --env (or "
+            "MLFLOW_REGISTRY_URI) of the registry the merges registered in; for models "
+            "merged without a registry, set registry.model_name: null in that environment. "
+            "Nothing was removed.")
     if apply_:
         for entry in remove_versions(gone):
             if name and entry.dataset == "merged_model":

@@ -65,3 +65,55 @@ def test_a_reward_module_is_hashed_by_its_file(tiny_model_dir, tmp_path) -> None
 
     assert _identity(tiny_model_dir, tmp_path, reward).inputs["reward"]["file_sha256"] == \
         _file_sha256(Path(module.__file__))
+
+
+def test_the_cleanup_never_deletes_an_identity_a_run_is_training_in(tmp_path) -> None:
+    """A long scheduled train (the oldest identity file) beside three newer runs by hand:
+    the last of them to end deleted its checkpoints while it trained. A second run of the
+    same identity would have written the same checkpoints beside it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    from rl_pipeline.engines.run_identity import (
+        IDENTITY_FILE,
+        CheckpointRoot,
+        IdentityBusyError,
+        prune,
+        training_in,
+    )
+
+    root = CheckpointRoot(str(tmp_path), keep_identities=3)
+    folders = []
+    for i, name in enumerate("abcd"):
+        folder = tmp_path / (name * 12)
+        folder.mkdir()
+        (folder / IDENTITY_FILE).write_text("{}")
+        os.utime(folder / IDENTITY_FILE, (1000 + i, 1000 + i))  # a is the oldest
+        folders.append(folder)
+    # The long run holds its identity in another process, as the scheduled train would.
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from rl_pipeline.engines.run_identity import training_in\n"
+        f"with training_in(Path({str(folders[0])!r})):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(IdentityBusyError, match="another run is training run identity"):
+            with training_in(folders[0]):
+                pass
+        assert prune(root, folders[3]) == []  # a is in use: kept, the rest are the newest 3
+        assert folders[0].is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    assert prune(root, folders[3]) == [folders[0]]  # its run ended: now it goes
+    assert not folders[0].exists() and not (tmp_path / f".{folders[0].name}.lock").exists()
+    with training_in(folders[1]):  # free again: taken
+        assert folders[1].is_dir()

@@ -8,21 +8,29 @@ after changing the learning rate resumed the old run's optimizer and schedule, a
 run on new data published yesterday's model under today's lineage.
 
 Each identity folder holds :data:`IDENTITY_FILE`: the fingerprint, what went into it, and the
-MLflow runs that trained there (for lineage: which run a resume continues).
+MLflow runs that trained there (for lineage: which run a resume continues). A run holds its
+identity's lock (:func:`training_in`) while it trains: a second run of the same identity is
+refused rather than writing the same checkpoints, and the cleanup of old identities never
+deletes one a run is training in (a long scheduled run beside newer runs by hand was).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl_pipeline.engines.base import TrainSetup
+from rl_pipeline.errors import UserError
 from rl_pipeline.models.identity import files_sha256, model_identity
 from rl_pipeline.params import ConfigError
 from rl_pipeline.runs.jsonfile import read_object, write_object
@@ -108,6 +116,48 @@ def claim(folder: Path, identity: RunIdentity, mlflow_run_id: str | None) -> dic
     return before
 
 
+class IdentityBusyError(UserError, RuntimeError):
+    """Another run is training the same run identity now."""
+
+
+def _lock_file(folder: Path) -> Path:
+    # Beside the folder, hidden (no identity file: never taken for an identity folder), so
+    # that train.resume=never can empty the folder while holding it.
+    return folder.parent / f".{folder.name}.lock"
+
+
+def _try_lock(folder: Path) -> int | None:
+    """The descriptor of ``folder``'s identity lock, taken; None when a run holds it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(_lock_file(folder), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def training_in(folder: Path) -> Iterator[None]:
+    """Hold the lock of the identity whose checkpoints are in ``folder`` while a run trains
+    there (a ``flock``: it goes with the process, even killed).
+
+    Raises:
+        IdentityBusyError: Another run holds it.
+    """
+    fd = _try_lock(folder)
+    if fd is None:
+        raise IdentityBusyError(
+            f"another run is training run identity {folder.name} now, in {folder}: the same "
+            "inputs and parameters. Wait for it (a rerun then resumes or finds it complete), "
+            "or change what this run trains")
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 def previous_run_id(before: dict[str, Any]) -> str | None:
     """The MLflow run that last trained in an identity folder, from its identity file."""
     return next((r["mlflow_run_id"] for r in reversed(before.get("runs", []))
@@ -125,11 +175,21 @@ def prune(root: CheckpointRoot, current: Path) -> list[Path]:
         if len(kept) >= root.keep_identities:
             break
         kept.add(folder.resolve())
-    removed = [p for p in folders if p.resolve() not in kept]
-    for folder in removed:
-        logger.info("Removing the checkpoints of run identity %s (train_checkpoints keeps the "
-                    "last %d)", folder.name, root.keep_identities)
-        shutil.rmtree(folder, ignore_errors=True)
+    removed = []
+    for folder in (p for p in folders if p.resolve() not in kept):
+        fd = _try_lock(folder)
+        if fd is None:
+            logger.info("Keeping the checkpoints of run identity %s: a run is training in it "
+                        "now", folder.name)
+            continue
+        try:
+            logger.info("Removing the checkpoints of run identity %s (train_checkpoints keeps "
+                        "the last %d)", folder.name, root.keep_identities)
+            shutil.rmtree(folder, ignore_errors=True)
+            _lock_file(folder).unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+        removed.append(folder)
     return removed
 
 

@@ -35,6 +35,7 @@ from rl_pipeline.model_registry.versions import (
     alias_folders,
     client,
     is_folder,
+    is_registered,
     mark_folder_removed,
     model_folder,
     read_evidence,
@@ -47,7 +48,8 @@ from rl_pipeline.model_registry.versions import (
 __all__ = [
     "CANDIDATE", "CHAMPION", "EVAL_RUN_TAG", "EVIDENCE_FILE", "PATH_TAG", "PROMOTED_TAG",
     "QUICK_CHECK_TAG", "REASONS_TAG", "REFUSED_TAG", "STORAGE_TAG", "TAG_LIMIT",
-    "RegistryError", "alias", "alias_folders", "client", "is_folder", "mark_folder_removed",
+    "RegistryError", "alias", "alias_folders", "client", "is_folder", "is_registered",
+    "mark_folder_removed",
     "model_folder", "promote_candidate", "read_evidence", "record_eval",
     "register_merged_model", "tag_value", "version_for_folder", "version_tags",
 ]

@@ -189,6 +189,19 @@ def _not_found(exc: Exception) -> bool:
                                                 "INVALID_PARAMETER_VALUE")
 
 
+def is_registered(name: str) -> bool:
+    """Whether this registry has the registered model ``name``."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client().get_registered_model(name)
+    except MlflowException as exc:
+        if _not_found(exc):
+            return False
+        raise
+    return True
+
+
 def alias_folders(name: str) -> dict[Path, str]:
     """The folders that the aliases of ``name`` point at (none without the model), each
     with why it stays: ``registry alias champion (version 3)``."""

@@ -196,6 +196,22 @@ def test_reinforce_plus_plus_advantages_are_verls(tiny_model_dir, digit_reward,
     assert np.abs(out["advantages"].double().numpy() - per_response).max() > 1e-3
 
 
+def test_an_eval_strategy_with_do_eval_left_false_evaluates(tiny_model_dir, digit_reward,
+                                                            tmp_path) -> None:
+    """The spec: do_eval "will be set to True if eval_strategy is different from 'no'".
+    GRPOConfig did, but the engine passed no eval set, and the trainer raised "You have set
+    args.eval_strategy to IntervalStrategy.STEPS but you didn't pass an eval_dataset"."""
+    run = train_trl(TrlParams(**{**FAST, "per_device_train_batch_size": 4, "num_generations": 4,
+                                 "max_steps": 2, "eval_strategy": "steps", "eval_steps": 2,
+                                 "per_device_eval_batch_size": 4}),
+                    digit_reward, gsm8k_prompts(8), gsm8k_prompts(4), str(tiny_model_dir),
+                    tmp_path / "checkpoints")
+    assert run.summary["steps"] == 2
+    state = json.loads((tmp_path / "checkpoints" / "checkpoint-2" / "trainer_state.json")
+                       .read_text())
+    assert any(key.startswith("eval_") for entry in state["log_history"] for key in entry)
+
+
 def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_path) -> None:
     # Without the cache every new token re-reads the whole sequence (12x slower on SmolLM2).
     from rl_pipeline.engines.trl.config import grpo_config

@@ -156,12 +156,13 @@ def test_a_rerun_trains_a_new_model_only_when_its_identity_changed(
     assert sorted(old_rates) == [1, 2] and old_rates[1] > 0
     assert _learning_rates(Path(changed["checkpoints"])) == pytest.approx(
         {step: rate / 2 for step, rate in old_rates.items()})
-    assert sorted(p.name for p in root.iterdir()) == sorted(
-        [first["identity"][:12], changed["identity"][:12]])
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
+        [first["identity"][:12], changed["identity"][:12]])  # hidden: the identities' locks
 
-    # Killed while saving its last checkpoint (transformers writes the trainer state last):
-    # the rerun resumes from the one before, where it took the half-written one and failed.
-    (Path(changed["checkpoints"]) / "checkpoint-2" / "trainer_state.json").unlink()
+    # Killed (or out of disk) while saving its last checkpoint: transformers writes the
+    # trainer state last, truncating it first. The rerun resumes from the one before, where
+    # it took the half-written one and failed (on a missing file, then on an empty one).
+    (Path(changed["checkpoints"]) / "checkpoint-2" / "trainer_state.json").write_text("")
     resumed = _run(_catalog(tiny_model_dir, tmp_path, data_params,
                             {**trl, "learning_rate": 5e-4}))
     assert (resumed["steps"], resumed["resumed_from_step"], resumed["resumed"]) == (2, 1, True)
@@ -184,8 +185,12 @@ def test_only_the_last_identities_are_kept(tiny_model_dir, tmp_path, data_params
         catalog["train_checkpoints_dir"] = MemoryDataset(CheckpointRoot(
             str(tmp_path / "models" / "train_checkpoints"), keep_identities=2))
         last = _run(catalog)
-    kept = sorted((tmp_path / "models" / "train_checkpoints").iterdir())
+    root = tmp_path / "models" / "train_checkpoints"
+    kept = sorted(p for p in root.iterdir() if not p.name.startswith("."))
     assert len(kept) == 2 and Path(last["checkpoints"]) in kept
+    # Each kept identity's lock file, hidden beside it; the deleted one's went with it.
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == sorted(
+        f".{p.name}.lock" for p in kept)
 
 
 def _learning_rates(folder: Path) -> dict[int, float]:

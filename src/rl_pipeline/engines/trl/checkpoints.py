@@ -13,6 +13,8 @@ import re
 import shutil
 from pathlib import Path
 
+from rl_pipeline.runs.jsonfile import read_object
+
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME, written last
@@ -20,8 +22,8 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def last_checkpoint(folder: str | Path, discard_incomplete: bool = False) -> Path | None:
-    """The newest ``checkpoint-N`` in ``folder`` whose save finished (it has its trainer
-    state), or None.
+    """The newest ``checkpoint-N`` in ``folder`` whose save finished (its trainer state is
+    there and reads: transformers truncates and rewrites it in place), or None.
 
     Args:
         folder: The run's checkpoint folder.
@@ -34,10 +36,11 @@ def last_checkpoint(folder: str | Path, discard_incomplete: bool = False) -> Pat
     found = sorted(((int(m.group(1)), p) for p in folder.iterdir()
                     if p.is_dir() and (m := _CHECKPOINT.match(p.name))), reverse=True)
     for _, path in found:
-        if (path / STATE_FILE).is_file():
+        if read_object(path / STATE_FILE):
             return path
         if discard_incomplete:
-            logger.warning("%s is incomplete (no %s: the run was killed while saving it); "
-                           "removed, resuming from the checkpoint before it", path, STATE_FILE)
+            logger.warning("%s is incomplete (no readable %s: the run was killed, or the disk "
+                           "filled, while saving it); removed, resuming from the checkpoint "
+                           "before it", path, STATE_FILE)
             shutil.rmtree(path)
     return None

@@ -84,7 +84,9 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),
                                 params.max_completion_length, rollouts_per_step)],
         train_dataset=prompts_dataset(train_prompts),
-        eval_dataset=(prompts_dataset(val_prompts) if params.do_eval and val_prompts is not None
+        # config's do_eval: GRPOConfig sets it for any eval_strategy but "no" (the spec's
+        # rule), and the trainer then needs the dataset (do_eval false crashed there).
+        eval_dataset=(prompts_dataset(val_prompts) if config.do_eval and val_prompts is not None
                       else None),
         processing_class=tokenizer, peft_config=lora_config(params),
         callbacks=[step_logger, *callbacks])

@@ -24,7 +24,13 @@ from rl_pipeline.engines.preflight import (
     identified_setup,
     run_preflight,
 )
-from rl_pipeline.engines.run_identity import CheckpointRoot, claim, previous_run_id, prune
+from rl_pipeline.engines.run_identity import (
+    CheckpointRoot,
+    claim,
+    previous_run_id,
+    prune,
+    training_in,
+)
 from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.train import TrainParams
 from rl_pipeline.rewards.judge_server import judge_served
@@ -72,6 +78,17 @@ def train_model(plan: dict[str, Any], train_prompts: pd.DataFrame, val_prompts: 
                            f"{identity.short}, preflight checked {plan.get('identity')}); "
                            "run the train pipeline again")
     folder = Path(setup.checkpoints_dir)
+    with training_in(folder):
+        return _train_in(folder, plan, setup, identity, train_prompts, val_prompts,
+                         model_work_dir, root, train, data, reward)
+
+
+def _train_in(folder: Path, plan: dict[str, Any], setup: Any, identity: Any,
+              train_prompts: pd.DataFrame, val_prompts: pd.DataFrame, model_work_dir: str,
+              root: CheckpointRoot, train: TrainParams, data: DataParams,
+              reward: RewardParams) -> tuple[str, dict[str, Any], Metrics, Figure]:
+    """:func:`train_model`'s work, with the identity's lock held."""
+    name = plan["engine"]
     if train.resume == "never" and folder.exists():
         logger.info("train.resume=never: discarding the checkpoints in %s", folder)
         shutil.rmtree(folder)
