@@ -201,3 +201,28 @@ def test_a_kill_at_the_card_write_publishes_nothing_and_eval_and_promote_then_su
     check_manifest(merged)
     assert (merged / "README.md").read_bytes() == card  # eval and promote wrote nothing
     assert not [p for p in project.glob("data/06_models/merged_model/*/merged_model/.*")]
+
+
+def test_sigterm_ends_the_stage_as_failed_and_leaves_nothing_half_written(
+        trained, monkeypatch) -> None:
+    """systemd stopping the unit (SIGTERM) ended the process at once: its MLflow run stayed
+    RUNNING (KILLED by the next run here, "SIGKILL, out of memory"; on another host for
+    ever) and its save in progress waited for a later sweep."""
+    import os
+    import signal
+
+    project, params = trained
+    before = _load(project, monkeypatch, "train_prompts")
+    with StoppedRun(project, kedro_command("--pipelines", "data_prep", "--params", params),
+                    stop_at="open-write:*/.train_prompts.parquet.*.partial") as run:
+        os.kill(run.process.pid, signal.SIGTERM)
+        ended = run.resume()
+    assert ended.returncode == 128 + signal.SIGTERM, ended.stdout[-3000:]
+    assert "rl_pipeline: stopped by SIGTERM; the stage's MLflow run is marked FAILED" \
+        in ended.stdout
+    _, runs = mlflow_runs(project)
+    last = [r for r in runs if r.info.run_name == "data_prep"][-1]
+    assert last.info.status == "FAILED"
+    assert "stopped by SIGTERM" in last.data.tags["error"]
+    assert not list(project.glob("data/**/.*.partial"))  # the save cleaned up after itself
+    pd.testing.assert_frame_equal(_load(project, monkeypatch, "train_prompts"), before)

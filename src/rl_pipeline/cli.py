@@ -19,6 +19,11 @@ it from a failure.
 Off a terminal (cron's log, a pipe) the run logs one plain line per record and shows no
 progress bars (:mod:`rl_pipeline.plain_output`).
 
+SIGTERM (systemd stopping a unit, ``kill``) and SIGHUP stop a run as an error does, where it
+is: the stage's MLflow run ends FAILED with the signal in its ``error`` tag, a save in
+progress is cleaned up, and the status is 128 + the signal's number (143 for SIGTERM). By
+default they ended the process at once, its MLflow run left RUNNING for ever.
+
 A user error (:mod:`rl_pipeline.errors`: a bad parameter, record or file) prints its message,
 ``Error: ...``, and exits with status 1, without the traceback; any other exception keeps
 its traceback. A ``--params`` value that is not YAML (a prompt template without quotes) is
@@ -31,8 +36,12 @@ import copy
 import logging
 import os
 import shlex
+import signal
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +95,45 @@ class UserErrorExit(click.ClickException):
         click.secho(TRACEBACK_HINT, err=True)
 
 
+class Terminated(Exception):  # noqa: N818 (a stop, named as the signal's man page does)
+    """The process was asked to stop (SIGTERM, SIGHUP); raised where it was, as an error."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated(signum)
+
+
+@contextmanager
+def _stops_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the block runs
+    (Kedro's error hooks see only exceptions: a default SIGTERM ended the process with its
+    MLflow run RUNNING)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _terminated(exc: BaseException | None) -> Terminated | None:
+    """The :class:`Terminated` behind ``exc`` (Kedro wraps what a save raised)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, Terminated):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def _run(**options: Any) -> dict[str, Any]:
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
@@ -96,11 +144,16 @@ def _run(**options: Any) -> dict[str, Any]:
 
 def _run_reporting(**options: Any) -> dict[str, Any]:
     try:
-        return _run_stages(**options)
+        with _stops_raise():
+            return _run_stages(**options)
     except StageLockedError as exc:
         click.secho(f"rl_pipeline: {exc}", fg="yellow", err=True)
         raise SystemExit(LOCKED_EXIT_CODE) from None
     except Exception as exc:
+        if (stop := _terminated(exc)) is not None:
+            click.secho(f"rl_pipeline: {stop}; the stage's MLflow run is marked FAILED",
+                        fg="yellow", err=True)
+            raise SystemExit(128 + stop.signum) from None
         found = user_error(exc)
         if found is None or show_tracebacks():
             raise

@@ -39,6 +39,28 @@ def test_a_reward_terms_file_is_part_of_the_identity(tiny_model_dir, tmp_path) -
         "terms": [{"name": "compute_score"}]}).inputs["reward"]
 
 
+def test_a_deepspeed_config_files_content_is_part_of_the_identity(tiny_model_dir,
+                                                                   tmp_path) -> None:
+    """ZeRO-2 rewritten as ZeRO-3 with its own optimizer: the rerun resumed the old run's
+    checkpoints, as the path was the same."""
+    config = tmp_path / "ds.json"
+    config.write_text('{"zero_optimization": {"stage": 2}}')
+    prompts = tmp_path / "train.parquet"
+    prompts.write_bytes(b"the prompts")
+
+    def fingerprint() -> str:
+        train = TrainParams.model_validate({"engine": "trl",
+                                            "trl": {"deepspeed_config": str(config)}})
+        setup = TrainSetup(str(prompts), str(prompts), str(tiny_model_dir), str(tmp_path),
+                           train, DataParams(), RewardParams())
+        return run_identity(setup, "trl").fingerprint
+
+    first = fingerprint()
+    assert fingerprint() == first
+    config.write_text('{"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW"}}')
+    assert fingerprint() != first
+
+
 @pytest.mark.parametrize(("reward", "parameter"), [
     ({"custom_reward_function": {"path": "gone.py", "name": "score"}},
      "reward.custom_reward_function.path='gone.py'"),

@@ -71,8 +71,10 @@ def run_identity(setup: TrainSetup, engine: str) -> RunIdentity:
     It covers the base model (its weights' digest, recorded when it was resolved, and its
     tokenizer files), the training prompts' content (not their version: a data_prep rerun
     that writes the same rows continues the same run), the engine, every parameter of the
-    engine's group (the seed included), the ``data`` group and the ``reward`` group with its
-    file's content. The validation prompts are left out: they do not change the weights.
+    engine's group (the seed included; a DeepSpeed config file's content too, whose ZeRO
+    stage, optimizer and scheduler shape the run), the ``data`` group and the ``reward`` group
+    with its file's content. The validation prompts are left out: they do not change the
+    weights.
     """
     reward = setup.reward.model_dump(mode="json")
     if path := setup.reward.custom_reward_function.path:
@@ -81,9 +83,13 @@ def run_identity(setup: TrainSetup, engine: str) -> RunIdentity:
              for i, term in enumerate(setup.reward.terms) if term.path}
     if terms:  # only then: the identities of runs without term files stay as they were
         reward["terms_file_sha256"] = terms
+    group = _group(setup.train, engine)
+    deepspeed = (group or {}).get("deepspeed_config")
+    if deepspeed and Path(deepspeed).is_file():  # only then: other identities stay as they were
+        group["deepspeed_config_sha256"] = _file_sha256(Path(deepspeed))
     inputs = {"engine": engine, "base_model": model_identity(Path(setup.base_model)),
               "train_prompts_sha256": _file_sha256(Path(setup.train_prompts_file)),
-              f"train.{engine}": _group(setup.train, engine),
+              f"train.{engine}": group,
               "data": setup.data.model_dump(mode="json"), "reward": reward}
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     return RunIdentity(digest, inputs)

@@ -212,6 +212,24 @@ def test_an_eval_strategy_with_do_eval_left_false_evaluates(tiny_model_dir, digi
     assert any(key.startswith("eval_") for entry in state["log_history"] for key in entry)
 
 
+def test_a_checkpoint_given_to_resume_must_have_steps_left(tiny_model_dir, digit_reward,
+                                                            tmp_path) -> None:
+    """train.resume=<checkpoint-6> with max_steps 6 took a 7th step and exported it."""
+    from rl_pipeline.params import ConfigError
+
+    small = {**FAST, "per_device_train_batch_size": 4, "num_generations": 4, "save_steps": 1}
+    train_trl(TrlParams(**{**small, "max_steps": 2}), digit_reward, gsm8k_prompts(8), None,
+              str(tiny_model_dir), tmp_path / "first")
+    done = tmp_path / "first" / "checkpoint-2"
+    with pytest.raises(ConfigError, match=r"is at step 2, and train.trl.max_steps=2: nothing "
+                                          r"is left to train"):
+        train_trl(TrlParams(**{**small, "max_steps": 2}), digit_reward, gsm8k_prompts(8), None,
+                  str(tiny_model_dir), tmp_path / "again", resume=str(done))
+    more = train_trl(TrlParams(**{**small, "max_steps": 3}), digit_reward, gsm8k_prompts(8),
+                     None, str(tiny_model_dir), tmp_path / "more", resume=str(done))
+    assert (more.summary["steps"], more.summary["resumed_from_step"]) == (3, 2)
+
+
 def test_rollouts_decode_with_the_kv_cache(tiny_model_dir, digit_reward, tmp_path) -> None:
     # Without the cache every new token re-reads the whole sequence (12x slower on SmolLM2).
     from rl_pipeline.engines.trl.config import grpo_config

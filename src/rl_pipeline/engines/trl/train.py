@@ -21,7 +21,7 @@ from rl_pipeline.engines.trl.checkpoints import last_checkpoint
 from rl_pipeline.engines.trl.config import grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import TrlReward, prompts_dataset
 from rl_pipeline.engines.trl.reinforce_pp import trainer_class
-from rl_pipeline.params import RewardParams
+from rl_pipeline.params import ConfigError, RewardParams
 from rl_pipeline.params.trl import TrlParams
 from rl_pipeline.plain_output import progress_bars_shown
 
@@ -65,6 +65,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     last = {"auto": str(newest) if newest else None, "never": None}.get(resume, resume)
     if resume == "auto" and last and (done := _completed(Path(last), output_dir, params)):
         return done
+    if resume not in ("auto", "never"):
+        _check_resumable(Path(resume), params)
     set_seed(params.seed)
     # report_to mlflow: TRL then times its own phases into the stage's run (profiling/Time
     # taken: ...: generation, the reward, the loss), as verl logs timing_s/*; transformers'
@@ -106,6 +108,19 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
                                      trainer.state.max_steps, resumed_from, seconds,
                                      output_dir, history),
                     history=history, checkpoints=output_dir)
+
+
+def _check_resumable(checkpoint: Path, params: TrlParams) -> None:
+    """Refuse a checkpoint given as ``train.resume`` that is at or past ``max_steps``: the
+    trainer took one more optimizer step past it, and exported that."""
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    if 0 < params.max_steps <= state.global_step:
+        raise ConfigError(f"train.resume={str(checkpoint)!r} is at step {state.global_step}, "
+                          f"and train.trl.max_steps={params.max_steps}: nothing is left to "
+                          "train. Raise train.trl.max_steps, or resume from an earlier "
+                          "checkpoint")
 
 
 def _completed(last: Path, output_dir: Path, params: TrlParams) -> TrainRun | None:
