@@ -6,10 +6,12 @@
 #
 # STAGE: data_prep, train, merge, eval, promote or __default__ (all five, one MLflow run each).
 # The Kedro environment is $KEDRO_ENV, else cpu on a machine without an NVIDIA GPU and
-# local (the base configuration plus conf/local) on one with it, as `make run` chooses.
+# local (the base configuration plus conf/local) on one with it, as `make run` chooses; where
+# nvidia-smi is installed and fails, none: it stops (a GPU host's driver problem).
 #
 # Exit status: 0 the run finished; 75 (EX_TEMPFAIL) nothing was done because a run of
-# STAGE is still going in this project; anything else: the run failed, and its MLflow run
+# STAGE is still going in this project; 69 (EX_UNAVAILABLE) nvidia-smi failed and
+# $KEDRO_ENV is unset; 64 bad usage; anything else: the run failed, and its MLflow run
 # is FAILED with the error as its `error` tag.
 set -euo pipefail
 
@@ -39,7 +41,21 @@ if [[ -z ${KEDRO_LOGGING_CONFIG:-} ]]; then
     export KEDRO_LOGGING_CONFIG
 fi
 export TQDM_DISABLE=${TQDM_DISABLE:-1} HF_HUB_DISABLE_PROGRESS_BARS=${HF_HUB_DISABLE_PROGRESS_BARS:-1}
-env=${KEDRO_ENV:-$(nvidia-smi -L >/dev/null 2>&1 && echo local || echo cpu)}
+if [[ -n ${KEDRO_ENV:-} ]]; then
+    env=$KEDRO_ENV
+elif gpus=$(nvidia-smi -L 2>&1); then
+    env=local
+elif command -v nvidia-smi >/dev/null; then
+    # An NVIDIA tool that fails is a GPU host with a driver problem, not a CPU host: the cpu
+    # configuration would train another model on another task, unattended. (By hand, `make
+    # run` falls back and says so; nobody reads a schedule's choice until it is done.)
+    echo "nvidia-smi is installed but failed: ${gpus:0:300}" >&2
+    echo "A scheduled run does not fall back to the cpu configuration. Mend the driver," \
+        "or set KEDRO_ENV (cpu or local) to choose." >&2
+    exit 69  # EX_UNAVAILABLE
+else
+    env=cpu
+fi
 
 echo "$(date '+%Y-%m-%d %H:%M:%S') scheduled run of $stage (kedro env $env) in $PWD"
 exec "$python" -m kedro run --pipelines "$stage" --env "$env" "$@"

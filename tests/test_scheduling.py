@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import re
+import sys
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -102,3 +105,30 @@ def test_a_stage_run_before_the_stage_it_reads_from_starts_nothing(tmp_path) -> 
     assert not (project / "data/.locks/promote.lock").exists()
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project}/mlflow.db")
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+def test_a_gpu_host_whose_driver_fails_is_not_run_as_a_cpu_host(tmp_path) -> None:
+    """Without $KEDRO_ENV the wrapper picks local with a GPU and cpu without one; an
+    nvidia-smi that is installed and fails (a driver that did not load after an update) is
+    neither: it stops, rather than train the CPU task unattended on a GPU host."""
+    project = make_project(tmp_path)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn'\\''t communicate "
+                   "with the NVIDIA driver.'\nexit 9\n")
+    smi.chmod(0o755)
+    command = ["env", "-u", "KEDRO_ENV", f"PYTHON={sys.executable}", "bash",
+               "scripts/scheduled_run.sh", "promote"]
+    broken = run_command(project, command, PATH=f"{tools}:{os.environ['PATH']}")
+    assert broken.returncode == 69, broken.stdout[-2000:] + broken.stderr[-2000:]
+    assert "nvidia-smi is installed but failed: NVIDIA-SMI has failed" in broken.stderr
+    assert "set KEDRO_ENV (cpu or local)" in broken.stderr
+    assert "scheduled run of" not in broken.stdout
+    # No nvidia-smi at all: a CPU host, the cpu configuration (promote then stops on its
+    # missing inputs, as in the test above).
+    plain_path = ":".join(d for d in os.environ["PATH"].split(":")
+                          if not (Path(d) / "nvidia-smi").exists())
+    cpu = run_command(project, command, PATH=plain_path)
+    assert "scheduled run of promote (kedro env cpu)" in cpu.stdout, cpu.stderr[-2000:]
+    assert "kedro run --env cpu --pipelines eval" in " ".join((cpu.stdout + cpu.stderr).split())
