@@ -197,7 +197,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                note="TRL evaluates every eval_steps with eval_strategy steps; eval_strategy no "
                "is trainer_test_freq -1. " + _STEPS),
     Equivalent("save_steps", "trainer_save_freq",
-               note="verl's -1 never saves. " + _STEPS),
+               note="Both also save the last step; verl's -1 (never) is refused. " + _STEPS),
     Equivalent("save_total_limit", "trainer_max_actor_ckpt_to_keep",
                note="null keeps every checkpoint in both."),
     # Miscellaneous
@@ -387,9 +387,9 @@ def _groups_section() -> list[str]:
         model = PARAMETER_GROUPS[group]
         lines += [f"### `{group}`", "", (model.__doc__ or "").strip().splitlines()[0], "",
                   "| parameter | default | description |", "| --- | --- | --- |"]
-        specs = {name for spec in SPECS for name in spec.defaults()}
+        held = {_spec_home(spec, name) for spec in SPECS for name in spec.defaults()}
         for where, field in _fields(group, model):
-            if where.split(".")[-1] in specs:
+            if where in held:
                 continue
             lines.append(_row([f"`{where}`", _code(_fmt(_default(field))),
                                (field.description or "").removeprefix("Ours. ")]))
@@ -420,13 +420,28 @@ def _home(spec: Spec, name: str, catalog: dict[str, Any]) -> tuple[str, str]:
         if runtime:
             where += f" (`--params {runtime}=...`)"
         return where, _code(value)
-    for prefix, model in _HOMES[spec.engine]:
-        if name in model.model_fields:
-            owner = _OWNERS.get(f"{prefix}.{name}")
-            default = _code(_fmt(_default(model.model_fields[name])))
-            return f"`{prefix}.{name}`", f"follows `{owner}`" if owner else default
+    path = _spec_home(spec, name)
+    if path:
+        owner, field = _OWNERS.get(path), _field_at(path)
+        return f"`{path}`", f"follows `{owner}`" if owner else _code(_fmt(_default(field)))
     raise LookupError(f"{spec.name} parameter {name!r} has no home: add it to a parameter "
                       "model or to CATALOG_INPUTS")
+
+
+def _spec_home(spec: Spec, name: str) -> str | None:
+    """The parameter path of spec parameter ``name`` (None: a catalog input)."""
+    for prefix, model in _HOMES[spec.engine]:
+        if name in model.model_fields:
+            return f"{prefix}.{name}"
+    return None
+
+
+def _field_at(path: str) -> Any:
+    group, *nested, name = path.split(".")
+    model = PARAMETER_GROUPS[group]
+    for part in nested:
+        model = model.model_fields[part].annotation
+    return model.model_fields[name]
 
 
 def _verl_own(name: str) -> str:

@@ -114,6 +114,39 @@ def test_a_follower_takes_its_owners_value_and_refuses_another(follower) -> None
     assert f"{follower.name}={other!r}" in message and follower.owner in message, message
 
 
+def test_a_follower_beside_no_owner_group_takes_the_owners_default() -> None:
+    """A node given only its own groups (a test, a sliced pipeline) never reads a null
+    follower; one set by hand is kept, there being nothing to disagree with."""
+    from rl_pipeline.params import EvalParams
+
+    alone = resolve_followers({"eval": EvalParams()})["eval"]
+    assert (alone.rollout_val_temperature, alone.rollout_val_top_p, alone.rollout_val_top_k,
+            alone.max_new_tokens) == (0.7, 0.7, -1, DataParams().data_max_response_length)
+    assert resolve_followers({"eval": EvalParams(rollout_val_temperature=1.0)})[
+        "eval"].rollout_val_temperature == 1.0
+    # The spec's one validation temperature, set where the spec puts it, reaches eval too.
+    train = GROUPS["train"].model_validate({"verl": {"rollout_val_temperature": 0.2}})
+    assert resolve_followers({"eval": EvalParams(), "train": train})[
+        "eval"].rollout_val_temperature == 0.2
+
+
+def test_a_flag_for_a_number_and_a_union_are_told_as_one_parameter() -> None:
+    """pydantic's lax mode read `rollout_n: true` as 1 (sampling once), and named each member
+    of a union as a parameter of its own ("2 invalid parameter(s)" for one bad value)."""
+    with pytest.raises(ConfigError) as err:
+        VerlParams.model_validate({"rollout_n": True, "trainer_n_gpus_per_node": "eight",
+                                   "rollout_tensor_model_parallel_size": 0})
+    lines = str(err.value).splitlines()
+    assert lines[0] == "3 invalid parameter(s) in 'train.verl':"
+    assert sorted(lines[1:]) == [
+        "  - train.verl.rollout_n=True: a number, not true or false",
+        "  - train.verl.rollout_tensor_model_parallel_size=0: Input should be greater than or "
+        "equal to 1; or 'auto'",
+        "  - train.verl.trainer_n_gpus_per_node='eight': Input should be a valid integer, "
+        "unable to parse string as an integer; or 'auto'"]
+    assert VerlParams.model_validate({"rollout_do_sample": True}).rollout_do_sample
+
+
 def test_the_rollout_engine_follows_the_device() -> None:
     cpu = VerlParams.model_validate({"device": "cpu"})
     assert (cpu.ENGINE, cpu.rollout_name) == ("hf", "hf")  # and rollout_name follows ENGINE

@@ -141,7 +141,11 @@ def _assert_told_briefly(result, output: str, message: str) -> None:
      "${runtime_params:dataset_train_splt}"),
     ("data_prep.data_source=apps,reward.self_test=off", "- data_prep.data_source='apps': ",
      "(prime_code) runs the model's generated code on this machine, outside any sandbox"),
-], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host"])
+    # The spec's name for what the catalog provides here: where it is set instead.
+    ("actor_model_path=my/model", "--params actor_model_path: nothing in --env cpu reads it",
+     "The spec's actor_model_path is set here as --params base_model=..."),
+], ids=["bad_parameter", "bad_record", "missing_file", "unread_name", "code_on_host",
+        "spec_input"])
 def test_a_user_error_is_told_without_a_traceback(project, params, message, detail) -> None:
     result, output = _data_prep(project, params)
     _assert_told_briefly(result, output, message)
@@ -220,6 +224,20 @@ def test_an_unquoted_off_from_the_command_line_turns_the_self_test_off() -> None
         RewardParams.model_validate({"self_test": True})
 
 
+def test_the_spec_value_no_for_eval_strategy_is_read_unquoted() -> None:
+    """`eval_strategy: no`, the spec's own default, written as a user writes it: YAML reads
+    false; it was refused as "Input should be 'no', 'steps' or 'epoch'"."""
+    from kedro.framework.cli.utils import _split_params
+
+    from rl_pipeline.params.trl import TrlParams
+
+    raw = _split_params(None, None, "train.trl.eval_strategy=no")
+    assert raw == {"train": {"trl": {"eval_strategy": False}}}
+    assert TrlParams.model_validate(raw["train"]["trl"]).eval_strategy == "no"
+    with pytest.raises(ConfigError, match="train.trl.eval_strategy=True"):
+        TrlParams.model_validate({"eval_strategy": True})
+
+
 def test_an_input_file_beside_dataset_name_is_refused_naming_both() -> None:
     """WholeConfigurationHook refuses these before any node (as unread --params names): the
     raw inputs read the dataset's splits, and the file was ignored without a word."""
@@ -256,3 +274,4 @@ def test_a_misspelt_group_in_a_parameters_file_is_refused_naming_the_file(tmp_pa
     typo.write_text("data_prep:\n  dataset_prompt_column: question\n_anchor: 3\n")
     loader = OmegaConfigLoader(str(project / "conf"), env="cpu", **settings.CONFIG_LOADER_ARGS)
     assert unknown_groups(loader) == []
+

@@ -188,7 +188,19 @@ def _only_runtime(loader: Any, name: str) -> bool:
     return True
 
 
+# The spec's names for what the catalog provides here (docs/parameters.md, "set in"), and
+# the --params name that sets it.
+SPEC_INPUTS = {"actor_model_path": "base_model", "model_name_or_path": "base_model",
+               "data_train_files": "dataset_train_split",
+               "data_val_files": "dataset_validation_split"}
+
+
 def _own_data_hint(name: str, catalog: dict[str, Any]) -> str:
+    if name in SPEC_INPUTS:
+        ours = SPEC_INPUTS[name]
+        made = ("" if ours == "base_model" else ": the raw records data_prep makes the "
+                "prompts of both engines from")
+        return f". The spec's {name} is set here as --params {ours}=...{made}"
     entries = [k for k, v in catalog.items() if k in ("raw_train", "raw_val")
                and isinstance(v, dict) and "arithmetic" in str(v.get("type", ""))]
     if name.startswith("dataset_") and entries:

@@ -6,6 +6,7 @@ preflight's host checks, both preflights and the forecast of any engine use them
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,20 @@ def _is_lora_target(name: str, targets: list[str] | None) -> bool:
 
 
 def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
-    """What is allowed, when ``target_modules`` names a module that no weight of the model
-    at ``model_path`` belongs to; None when each name matches one (as peft matches a name:
-    the module's path, or its end after a dot), for all-linear or a regex, and for a
-    folder without safetensors (a hub id not yet fetched).
+    """What is allowed, when ``target_modules`` matches no module of the model at
+    ``model_path``: a name that no weight belongs to (peft matches a name to the module's
+    path, or its end after a dot), or a regex that matches no module's path; None when each
+    name matches one, for all-linear, and for a folder without safetensors (a hub id not yet
+    fetched).
 
     peft refuses such a target only when it wraps the model, after the forecast has loaded
     it or at the first training step, with its traceback; a typo is caught here instead."""
     targets = lora_target_names(target_modules)
+    regex = (target_modules.strip() if targets is None and isinstance(target_modules, str)
+             and target_modules.strip() != "all-linear" else None)
     folder = Path(model_path)
-    files = sorted(folder.glob("*.safetensors")) if targets and folder.is_dir() else []
+    files = (sorted(folder.glob("*.safetensors")) if (targets or regex) and folder.is_dir()
+             else [])
     if not files:
         return None
     from safetensors import safe_open
@@ -101,12 +106,31 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
         with safe_open(str(file), "pt") as f:
             modules.update(name.rsplit(".", 1)[0] for name in f.keys()  # noqa: SIM118
                            if name.endswith(".weight"))
+    linear = sorted({m.rsplit(".", 1)[-1] for m in modules if _is_lora_target(f"{m}.weight",
+                                                                               None)})
+    layers = f"its linear layers: {', '.join(linear)} (or all-linear)"
+    if regex is not None:
+        return _regex_problem(regex, modules, model_path, layers)
     unknown = [t for t in targets
                if not any(m == t or m.endswith(f".{t}") for m in modules)]
     if not unknown:
         return None
-    linear = sorted({m.rsplit(".", 1)[-1] for m in modules if _is_lora_target(f"{m}.weight",
-                                                                               None)})
     return (f"names of the model's modules: no module of {model_path} is named "
-            f"{', '.join(map(repr, unknown))}; its linear layers: {', '.join(linear)} "
-            "(or all-linear)")
+            f"{', '.join(map(repr, unknown))}; {layers}")
+
+
+def _regex_problem(regex: str, modules: set[str], model_path: str, layers: str) -> str | None:
+    # peft full-matches a string target against each module's whole path (a plain name
+    # matches nothing there: a list of names is matched by their ends instead).
+    try:
+        pattern = re.compile(regex)
+    except re.error as exc:
+        return f"a list '[q_proj,v_proj]' or a regex: {regex!r} is not one ({exc}); {layers}"
+    if any(pattern.fullmatch(m) for m in modules):
+        return None
+    names = [n.strip() for n in regex.split(",")]
+    listed = (f" (a list of names is written in brackets: '[{','.join(names)}]')"
+              if all(re.fullmatch(r"\w+", n) for n in names) else "")
+    return (f"a list '[q_proj,v_proj]' or a regex that matches the whole path of a module "
+            f"(peft's test, e.g. '.*\\.(q_proj|v_proj)'): {regex!r} matches no module of "
+            f"{model_path}{listed}; {layers}")

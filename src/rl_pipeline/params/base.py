@@ -15,11 +15,19 @@ value; a follower set to a different value is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rl_pipeline.errors import UserError
 
@@ -49,6 +57,10 @@ FOLLOWERS: tuple[Follower, ...] = (
     Follower("eval.max_new_tokens", "data.data_max_response_length"),
     Follower("eval.vllm_gpu_memory_utilization", "train.verl.rollout_gpu_memory_utilization"),
     Follower("eval.correct_reward", "reward.correct_score"),
+    # The spec's one setting "for validation/evaluation": verl's validation and eval's.
+    Follower("eval.rollout_val_temperature", "train.verl.rollout_val_temperature"),
+    Follower("eval.rollout_val_top_p", "train.verl.rollout_val_top_p"),
+    Follower("eval.rollout_val_top_k", "train.verl.rollout_val_top_k"),
 )
 
 
@@ -94,8 +106,14 @@ def resolve_followers(groups: Mapping[str, Any]) -> dict[str, Any]:
     resolved, problems = dict(groups), []
     for f in FOLLOWERS:
         value, owner_value = _lookup(resolved, f.name), _lookup(resolved, f.owner)
-        if value is _ABSENT or owner_value is _ABSENT:
+        if value is _ABSENT:
             continue  # a group this configuration does not have
+        if owner_value is _ABSENT:
+            if value is not None:
+                continue  # nothing to disagree with
+            # A follower left unset beside no owner group (a node given its own groups
+            # only): the owner's default, so that code never reads a null follower.
+            owner_value = _owner_default(f.owner)
         try:
             value = follow(f.name, value, owner_value)
         except ConfigError as exc:
@@ -106,6 +124,13 @@ def resolve_followers(groups: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("\n".join(problems))
     return resolved
+
+
+def _owner_default(owner: str) -> Any:
+    from rl_pipeline.params import PARAMETER_GROUPS  # the groups are defined on this base
+
+    group = owner.split(".")[0]
+    return _lookup({group: PARAMETER_GROUPS[group]()}, owner)
 
 
 def _with_value(model: BaseModel, path: list[str], value: Any) -> BaseModel:
@@ -173,6 +198,17 @@ class ParamGroup(BaseModel):
         except ValidationError as exc:
             raise ConfigError(_describe(exc, cls, cls.group or cls.__name__)) from None
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_flag_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads true as 1: `rollout_n: true` would sample once.
+        if isinstance(value, bool):
+            kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
+                cls.model_fields[info.field_name].annotation}
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError("a number, not true or false")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _follow_owners(cls, values: Any) -> Any:
@@ -220,9 +256,33 @@ def _update_path(values: dict[str, Any], path: str, update: Any) -> None:
     node[leaf] = update(node.get(leaf))
 
 
+# The tag pydantic adds to the location of each member of a union type that refused a value
+# (`trainer_n_gpus_per_node.constrained-int`, `...literal['auto']`): not a parameter's name.
+_UNION_MEMBER = re.compile(r"(int|float|str|bool|none|constrained-\w+|[\w-]+\[.*\])")
+
+
+def _union_errors_as_one(errors: list[Any]) -> list[Any]:
+    """pydantic's one error per member of a union, as one error of the parameter."""
+    merged: list[Any] = []
+    by_loc: dict[tuple, Any] = {}
+    for err in errors:
+        loc = err["loc"]
+        if not (loc and isinstance(loc[-1], str) and _UNION_MEMBER.fullmatch(loc[-1])):
+            merged.append(err)
+            continue
+        if loc[:-1] in by_loc:
+            first = by_loc[loc[:-1]]
+            first["msg"] += "; or " + err["msg"].removeprefix("Input should be ")
+            continue
+        by_loc[loc[:-1]] = err = {**err, "loc": loc[:-1], "type": "union"}
+        merged.append(err)
+    return merged
+
+
 def _describe(exc: ValidationError, model: type[ParamGroup], group: str) -> str:
-    lines = [f"{exc.error_count()} invalid parameter(s) in '{group}':"]
-    for err in exc.errors():
+    errors = _union_errors_as_one(exc.errors())
+    lines = [f"{len(errors)} invalid parameter(s) in '{group}':"]
+    for err in errors:
         name = ".".join([group, *(str(p) for p in err["loc"])])
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(sorted(_nested_model(model, err["loc"][:-1]).model_fields))

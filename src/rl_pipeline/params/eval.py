@@ -35,12 +35,15 @@ class EvalParams(ParamGroup):
         10_000, ge=100, description="Resamples of the paired bootstrap over prompts that "
         "gives every base-versus-trained delta its 95% interval (seeded by eval.seed).")
     greedy: bool = Field(False, description="Greedy decoding (one sample per prompt).")
-    rollout_val_temperature: float = Field(
-        0.7, ge=0, description="Sampling temperature for validation/evaluation (spec).")
-    rollout_val_top_p: float = Field(
-        0.7, gt=0, le=1, description="Top-p for validation/evaluation (spec).")
-    rollout_val_top_k: int = Field(
-        -1, ge=-1, description="Top-k for validation/evaluation; -1 disables it (spec).")
+    rollout_val_temperature: float | None = Field(
+        None, ge=0, description="Sampling temperature. Follows the spec's "
+        "train.verl.rollout_val_temperature (null); another value is refused.")
+    rollout_val_top_p: float | None = Field(
+        None, gt=0, le=1, description="Top-p. Follows the spec's train.verl.rollout_val_top_p "
+        "(null); another value is refused.")
+    rollout_val_top_k: int | None = Field(
+        None, ge=-1, description="Top-k, -1 disabled. Follows the spec's "
+        "train.verl.rollout_val_top_k (null); another value is refused.")
     max_new_tokens: int | None = Field(
         None, gt=0, description="Cap on response tokens. Follows data.data_max_response_length "
         "(null); another value is refused.")

@@ -92,7 +92,8 @@ class TrlParams(ParamGroup):
         False, description="Evaluate on the validation split; true whenever eval_strategy "
         "is not 'no'.")
     eval_strategy: Literal["no", "steps", "epoch"] = Field(
-        "no", description="When to evaluate: never, every eval_steps, or every epoch.")
+        "no", description="When to evaluate: never, every eval_steps, or every epoch (an "
+        "unquoted no, false to YAML, is no).")
     eval_steps: int = Field(1, gt=0, description="Steps between evaluations (strategy steps).")
     # Logging and saving
     logging_steps: float = Field(5, gt=0, description="Steps between log lines (below 1: a "
@@ -162,6 +163,12 @@ class TrlParams(ParamGroup):
         if isinstance(value, bool):
             return "group" if value else "none"
         return value
+
+    @field_validator("eval_strategy", mode="before")
+    @classmethod
+    def _yaml_no(cls, value: object) -> object:
+        # YAML 1.1, which Kedro's loader and --params parse, reads an unquoted no as false.
+        return "no" if value is False else value
 
     @field_validator("eval_strategy")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rl_pipeline.params.base import ParamGroup
 
@@ -22,6 +22,14 @@ class VerlParams(ParamGroup):
     """``train.verl``: GRPO, REINFORCE++ and seven more estimators on verl (FSDP, vLLM, LoRA)."""
 
     group: ClassVar[str] = "train.verl"
+
+    @field_validator("actor_model_target_modules", mode="before")
+    @classmethod
+    def _yaml_list(cls, value: object) -> object:
+        # verl's key takes a Hydra list, written as its override is: '[q_proj,v_proj]'.
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return f"[{','.join(value)}]"
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -63,7 +71,8 @@ class VerlParams(ParamGroup):
     actor_model_lora_rank: int = Field(64, ge=0, description="LoRA rank; 0 trains all weights.")
     actor_model_lora_alpha: int = Field(32, gt=0, description="LoRA alpha.")
     actor_model_target_modules: str = Field(
-        "all-linear", description="LoRA targets: all-linear, a list '[q_proj,v_proj]' or a regex.")
+        "all-linear", description="LoRA targets: all-linear, a list '[q_proj,v_proj]' (or a "
+        "YAML list) or a regex.")
     actor_model_exclude_modules: str | None = Field(
         ".*visual.*", description="Regex of modules LoRA leaves alone.")
     actor_use_kl_loss: bool = Field(True, description="KL to the reference in the actor loss.")
@@ -78,7 +87,7 @@ class VerlParams(ParamGroup):
     # Rollout
     rollout_log_prob_micro_batch_size_per_gpu: int = Field(20, gt=0, description="Log-prob "
                                                            "micro-batch per GPU.")
-    rollout_tensor_model_parallel_size: int | Literal["auto"] = Field(
+    rollout_tensor_model_parallel_size: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         2, description="vLLM tensor parallel size; auto: min(2, GPUs per node).")
     rollout_dtype: Literal["float16", "bfloat16", "float32", "auto"] = Field(
         "bfloat16", description="Rollout dtype.")
@@ -103,14 +112,17 @@ class VerlParams(ParamGroup):
     ref_fsdp_param_offload: bool = Field(True, description="Offload reference params to CPU.")
     # Trainer
     trainer_critic_warmup: int = Field(0, ge=0, description="Critic-only steps first.")
-    trainer_n_gpus_per_node: int | Literal["auto"] = Field(
+    trainer_n_gpus_per_node: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         8, description="GPUs per node; auto: the GPUs visible here.")
     trainer_nnodes: int = Field(1, ge=1, description="Nodes (more than 1 needs a Ray cluster).")
-    trainer_save_freq: int = Field(20, description="Checkpoint every N steps (-1: never).")
+    trainer_save_freq: int = Field(20, description="Checkpoint every N steps, and the last "
+                                   "(verl's -1, never, is refused: the train stage exports "
+                                   "the last checkpoint).")
     trainer_test_freq: int = Field(5, description="Validate every N steps (-1: never).")
     trainer_val_before_train: bool = Field(True, description="Validate before training.")
     trainer_total_epochs: int = Field(7, ge=1, description="Epochs.")
-    total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs.")
+    total_training_steps: int | None = Field(None, gt=0, description="Steps; overrides epochs "
+                                             "(verl is given as many as the steps need).")
     # Ours, not the specs'.
     actor_model_lora_dropout: float = Field(
         0.0, ge=0, lt=1, description="LoRA dropout (peft's lora_dropout). verl's FSDP engine "

@@ -222,6 +222,9 @@ SAME_DRAWS = {"actor_model_lora_dropout": 0.0,
 # uninterrupted steps to be compared with), resumed to the last step. A verl start costs
 # about a minute on one core and a step of the tiny model 2-3 s: one run serves both tests.
 KILLED_AFTER, STEPS = 2, 5
+# One epoch set, 4 steps of its 16 prompts: total_training_steps must override it (verl
+# stops at the first of the two; plan.epochs_for gives it 2).
+ONE_EPOCH = {"trainer_total_epochs": 1}
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +234,7 @@ def one_rank(cpu_bed) -> dict:
     uri = cpu_bed["tracking_uri"]
     checkpoints = cpu_bed["root"] / "ranks1"
     first, first_run = _job(cpu_bed, "killed", checkpoints, total_training_steps=STEPS,
-                            **SAME_DRAWS)
+                            **SAME_DRAWS, **ONE_EPOCH)
     process = _start(first)
     client = _client(uri)
     deadline = time.monotonic() + 600
@@ -247,7 +250,8 @@ def one_rank(cpu_bed) -> dict:
 
     # A forecast the first step will overrun: the warning, as a user on a busy machine sees it.
     second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=STEPS,
-                              first_step_forecast_s=0.01, **{**SAME_DRAWS, "overrides": [
+                              first_step_forecast_s=0.01, **ONE_EPOCH,
+                              **{**SAME_DRAWS, "overrides": [
                                   *SAME_DRAWS["overrides"],
                                   f"+actor_rollout_ref.rollout.custom.hf_rollout."
                                   f"agreement_dir={cpu_bed['root'] / 'agreement'}"]})

@@ -136,6 +136,25 @@ def test_a_lora_target_the_model_lacks_is_named_with_those_it_has(inputs) -> Non
                                              r"its linear layers: down_proj, gate_proj"):
         _plan(inputs, {"actor_model_target_modules": "[q_proj,nope_proj]"})
     assert _plan(inputs, {"actor_model_target_modules": "[q_proj,v_proj]"}).config
+    # A YAML list, as users write lists: the same.
+    assert list(_plan(inputs, {"actor_model_target_modules": ["q_proj", "v_proj"]}).config
+                .actor_rollout_ref.model.target_modules) == ["q_proj", "v_proj"]
+    # A regex peft would match to nothing (a list without its brackets), or cannot compile.
+    with pytest.raises(PreflightError) as failure:
+        _plan(inputs, {"actor_model_target_modules": "q_proj, v_proj"})
+    assert ("train.verl.actor_model_target_modules='q_proj, v_proj': a list '[q_proj,v_proj]' "
+            "or a regex that matches the whole path of a module (peft's test, e.g. "
+            "'.*\\.(q_proj|v_proj)'): 'q_proj, v_proj' matches no module of ") in str(
+                failure.value)
+    assert ("(a list of names is written in brackets: '[q_proj,v_proj]'); its linear layers: "
+            "down_proj, gate_proj") in str(failure.value)
+    with pytest.raises(PreflightError, match=r"'\[q_proj' is not one \(unterminated"):
+        _plan(inputs, {"actor_model_target_modules": "[q_proj"})
+    for regex in (r".*\.(q_proj|v_proj)", r"model\.layers\.0\..*_proj"):
+        assert _plan(inputs, {"actor_model_target_modules": regex}).config
+    with pytest.raises(PreflightError, match=r"'q_proj' matches no module of .* \(a list of "
+                                             r"names is written in brackets: '\[q_proj\]'\)"):
+        _plan(inputs, {"actor_model_target_modules": "q_proj"})  # peft: a regex of the path
 
 
 def test_data_longer_than_the_limit_is_named(inputs) -> None:
@@ -232,6 +251,19 @@ def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path)
     first = checked()
     assert Path(first).parent == root and len(Path(first).name) == 12
     assert checked(actor_optim_lr=2e-6) != first
+
+
+def test_total_training_steps_overrides_the_epochs_verl_would_stop_at(inputs) -> None:
+    """verl 0.9.1 stops at whichever comes first, its epochs or its steps: 30 steps of 2 per
+    epoch in 7 epochs would end at step 14, short of the last step it saves. verl is given
+    the epochs the steps need (the real loop runs them: test_cpu.py's one-rank run trains 5
+    steps of 4 prompts out of 16 with one epoch set)."""
+    assert _plan(inputs).config.trainer.total_epochs == 7
+    for steps, epochs in ((30, 15), (14, 7), (3, 2), (1, 1)):
+        config = _plan(inputs, {"total_training_steps": steps}).config
+        assert (config.trainer.total_training_steps, config.trainer.total_epochs) == (
+            steps, epochs)
+        assert 16 // 8 * config.trainer.total_epochs >= steps
 
 
 def _verl_checkpoints(folder: Path, steps: list[int]) -> Path:

@@ -59,6 +59,20 @@ def test_all_problems_are_reported_together() -> None:
     assert params.rollout_name == "lmdeploy"  # follows ENGINE
 
 
+def test_a_run_that_would_never_save_is_refused() -> None:
+    """verl saves only with save_freq > 0; -1 trains to the end and leaves no checkpoint to
+    export: refused before the work, not after it."""
+    for never in (-1, 0, -7):
+        problems = check_verl(VerlParams(trainer_save_freq=never), DataParams(),
+                              SPEC_DEFAULT_HARDWARE)
+        assert [str(p) for p in problems if p.parameter == "trainer_save_freq"] == [
+            f"train.verl.trainer_save_freq={never}: a positive number of steps (the last step "
+            "is always saved too): the train stage exports the last checkpoint, so never "
+            "saving, -1 in verl, cannot finish"]
+    assert not [p for p in check_verl(VerlParams(trainer_test_freq=-1), DataParams(),
+                                      SPEC_DEFAULT_HARDWARE) if "freq" in p.parameter]
+
+
 def test_auto_hardware_resolves_from_the_visible_gpus() -> None:
     params = VerlParams(trainer_n_gpus_per_node="auto", rollout_tensor_model_parallel_size="auto")
     assert resolve_hardware(params, 1) == Hardware(1, 1, 1)

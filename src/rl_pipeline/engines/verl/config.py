@@ -42,6 +42,11 @@ _MODEL = "actor_rollout_ref.model"
 # verl hands these to `vllm serve` as flags (vllm_async_server.launch_server).
 ENGINE_KWARGS = f"{_ROLLOUT}.engine_kwargs.vllm"
 
+# Two offload settings that the default offload policy overrides (docs/parameters.md).
+_UNDER_POLICY = ("in effect only with actor_fsdp_config_offload_policy false: verl 0.9.1's "
+                 "FSDP2 engine offloads parameters and optimizer through the policy and then "
+                 "ignores this")
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("ENGINE", f"{_ROLLOUT}.name"),
     Mapping("rollout_name", f"{_ROLLOUT}.name"),
@@ -75,8 +80,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("actor_kl_loss_type", f"{_ACTOR}.kl_loss_type"),
     Mapping("actor_entropy_coeff", f"{_ACTOR}.entropy_coeff"),
     Mapping("actor_model_enable_gradient_checkpointing", f"{_MODEL}.enable_gradient_checkpointing"),
-    Mapping("actor_fsdp_param_offload", f"{_ACTOR}.fsdp_config.param_offload"),
-    Mapping("actor_fsdp_optimizer_offload", f"{_ACTOR}.fsdp_config.optimizer_offload"),
+    Mapping("actor_fsdp_param_offload", f"{_ACTOR}.fsdp_config.param_offload",
+            note=_UNDER_POLICY),
+    Mapping("actor_fsdp_optimizer_offload", f"{_ACTOR}.fsdp_config.optimizer_offload",
+            note=_UNDER_POLICY),
     Mapping("rollout_log_prob_micro_batch_size_per_gpu",
             f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
     Mapping("rollout_tensor_model_parallel_size", f"{_ROLLOUT}.tensor_model_parallel_size"),
@@ -102,7 +109,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("rollout_val_top_k", f"{_ROLLOUT}.val_kwargs.top_k"),
     Mapping("ref_log_prob_micro_batch_size_per_gpu",
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
-    Mapping("ref_fsdp_param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
+    Mapping("ref_fsdp_param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload",
+            note="no effect in verl 0.9.1: with LoRA there is no reference model (the actor "
+            "without its adapter is the reference), and without LoRA its FSDP engine "
+            "offloads the reference's parameters whatever this says"),
     Mapping("trainer_critic_warmup", "trainer.critic_warmup"),
     Mapping("trainer_n_gpus_per_node", "trainer.n_gpus_per_node"),
     Mapping("trainer_nnodes", "trainer.nnodes"),

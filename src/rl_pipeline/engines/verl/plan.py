@@ -160,7 +160,8 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                                 attention=verl.actor_model_attn_implementation,
                                 rollout=verl.ENGINE, training=training)
     values = {**spec_values(verl, data), "trainer_n_gpus_per_node": hardware.gpus_per_node,
-              "rollout_tensor_model_parallel_size": hardware.tensor_parallel}
+              "rollout_tensor_model_parallel_size": hardware.tensor_parallel,
+              "trainer_total_epochs": epochs_for(verl, train_rows)}
     launch = launch_overrides(values, inputs, reward,
                               critic=verl.algorithm_adv_estimator == "gae",
                               pip=requirements(verl.pypi_packages_override),
@@ -199,6 +200,26 @@ def plan_verl(verl: VerlParams, data: DataParams, reward: RewardParams, inputs: 
                 report["seconds"], hardware.gpus_per_node, hardware.nnodes,
                 hardware.tensor_parallel)
     return VerlPlan(overrides=overrides, config=config, hardware=hardware, report=report)
+
+
+def epochs_for(verl: VerlParams, train_rows: int | None) -> int:
+    """The epochs verl is given: ``trainer_total_epochs``, or with ``total_training_steps``
+    set, enough whole epochs of ``train_rows`` for those steps (without the rows, as given).
+
+    verl 0.9.1 stops at whichever comes first, its epochs or its steps (the loop of
+    trainer/ppo/v1/trainer_base.py tests both): steps beyond the epochs would end the run
+    early, before the last step it saves and validates, with the learning-rate schedule
+    sized for steps never run. Our parameter overrides the epochs, as TRL's max_steps does.
+    """
+    steps, per_epoch = verl.total_training_steps, (train_rows or 0) // verl.data_train_batch_size
+    if steps is None or per_epoch < 1:  # too few rows: check_verl names the batch size
+        return verl.trainer_total_epochs
+    epochs = -(-steps // per_epoch)
+    if epochs != verl.trainer_total_epochs:
+        logger.info("verl trains %d epoch(s) of %d step(s) for total_training_steps=%d "
+                    "(trainer_total_epochs=%d overridden)", epochs, per_epoch, steps,
+                    verl.trainer_total_epochs)
+    return epochs
 
 
 def planned_steps(config: DictConfig) -> int:

@@ -147,9 +147,14 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
              "need varied samples anyway)")
     elif verl.rollout_temperature <= 0:
         fail("rollout_temperature", "greater than 0 when rollout_do_sample is true")
-    for freq in ("trainer_save_freq", "trainer_test_freq"):
-        if getattr(verl, freq) == 0 or getattr(verl, freq) < -1:
-            fail(freq, "-1 (never) or a positive number of steps")
+    if verl.trainer_save_freq < 1:
+        # verl saves only with save_freq > 0 (then the last step too): -1 would train to the
+        # end and leave merge nothing to export.
+        fail("trainer_save_freq", "a positive number of steps (the last step is always "
+             "saved too): the train stage exports the last checkpoint, so never saving, -1 "
+             "in verl, cannot finish")
+    if verl.trainer_test_freq == 0 or verl.trainer_test_freq < -1:
+        fail("trainer_test_freq", "-1 (never) or a positive number of steps")
     if data.data_max_prompt_length + data.data_max_response_length > 131072:
         fail("data_max_response_length", "a prompt + response length within 131072 tokens")
     for spec in requirements(verl.pypi_packages_override):
