@@ -275,3 +275,28 @@ def test_a_misspelt_group_in_a_parameters_file_is_refused_naming_the_file(tmp_pa
     loader = OmegaConfigLoader(str(project / "conf"), env="cpu", **settings.CONFIG_LOADER_ARGS)
     assert unknown_groups(loader) == []
 
+
+@pytest.mark.slow
+def test_a_login_in_the_tracking_servers_uri_is_refused_before_any_run(tmp_path,
+                                                                        monkeypatch) -> None:
+    """MLflow prints a server's URI as given when each run ends ("View run ... at:"): a
+    password in it went to every stage's log (and through verl into MLflow)."""
+    from rl_pipeline.hooks import refuse_credentials_in_server_uris
+
+    project = make_project(tmp_path)
+    (project / "conf/cpu/mlflow.yml").write_text(
+        "server:\n  mlflow_tracking_uri: http://ci:s3cret@127.0.0.1:9\n")
+    result = kedro_run(project, "--pipelines", "data_prep")
+    output = result.stdout + result.stderr
+    _assert_told_briefly(result, output, "mlflow.yml server.mlflow_tracking_uri="
+                         "'http://***@127.0.0.1:9': a URI without credentials.")
+    assert "MLFLOW_TRACKING_PASSWORD" in output and "s3cret" not in output
+    assert "View run" not in output and not (project / "data/05_model_input").exists()
+    # From the environment, where mlflow.yml names no server; a token in the query.
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", "https://registry.internal/?access_token=t0k")
+    with pytest.raises(ConfigError, match=r"MLFLOW_REGISTRY_URI='https://registry.internal/"
+                                          r"\?access_token=\*\*\*': a URI without"):
+        refuse_credentials_in_server_uris({"mlflow_tracking_uri": "sqlite:///mlflow.db"})
+    refuse_credentials_in_server_uris({"mlflow_tracking_uri": "http://mlflow.internal:5000",
+                                       "mlflow_registry_uri": "sqlite:///registry.db"})
+

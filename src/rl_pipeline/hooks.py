@@ -35,6 +35,7 @@ from rl_pipeline.tracking.lineage import (
     git_state,
     process_tags,
 )
+from rl_pipeline.tracking.stores import uri_credentials
 
 
 class WholeConfigurationHook:
@@ -222,7 +223,44 @@ class TypedParamsMlflowHook(MlflowHook):
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         os.environ.setdefault(ARTIFACTS_BAR_ENV, "false")  # one set by hand is kept
+        # Before kedro-mlflow's set-up, which already asks the server for the experiment.
+        refuse_credentials_in_server_uris(_mlflow_server_conf(context))
         super().after_context_created(context)
+
+
+def _mlflow_server_conf(context: KedroContext) -> dict[str, Any]:
+    from kedro.config import MissingConfigException
+
+    patterns = context.config_loader.config_patterns
+    patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])  # kedro-mlflow's
+    try:
+        return dict((context.config_loader["mlflow"] or {}).get("server") or {})
+    except MissingConfigException:
+        return {}
+
+
+def refuse_credentials_in_server_uris(server: dict[str, Any]) -> None:
+    """Refuse a tracking or registry server URI with a login or token in it (mlflow.yml's
+    ``server``, else the environment), before any run starts: MLflow prints a server's URI,
+    as given, when each run ends ("View run ... at:"), into a terminal, cron's mail or a
+    scheduler's log.
+
+    Raises:
+        ConfigError: Naming the setting, the URI with its secret masked, and what to do.
+    """
+    from mlflow.utils.uri import is_http_uri
+
+    for setting, env in (("mlflow_tracking_uri", "MLFLOW_TRACKING_URI"),
+                         ("mlflow_registry_uri", "MLFLOW_REGISTRY_URI")):
+        given, uri = ((f"mlflow.yml server.{setting}", server[setting]) if server.get(setting)
+                      else (env, os.environ.get(env)))
+        if uri and is_http_uri(uri) and (shown := uri_credentials(uri)):
+            raise ConfigError(
+                f"{given}={shown!r}: a URI without credentials. MLflow "
+                "prints the server's URI as given when each run ends, so the secret would "
+                "be in every log; verl would store it in MLflow too. Give the login as "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or the token as "
+                "MLFLOW_TRACKING_TOKEN) in the environment of kedro run")
 
     @hook_impl
     def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],

@@ -131,9 +131,16 @@ def test_a_password_in_the_tracking_uri_is_refused_and_not_repeated(shared) -> N
     """verl logs its configuration, the workers' environment with the URI in it, as MLflow
     parameters: the password would be stored in the run (and the error tag would repeat it)."""
     message = _problems(_inputs(shared, tracking_uri="https://ci:s3cret@mlflow.internal:5000"))
-    assert ("mlflow.mlflow_tracking_uri='https://ci:***@mlflow.internal:5000': a URI without "
+    assert ("mlflow.mlflow_tracking_uri='https://***@mlflow.internal:5000': a URI without "
             "credentials") in message
     assert "MLFLOW_TRACKING_PASSWORD" in message and "s3cret" not in message
+    # A token as the user name, or in the query; a database's password.
+    for uri, shown in (("http://ghp_T0KEN@h:5000", "http://***@h:5000"),
+                       ("https://h/?token=T0KEN&x=1", "https://h/?token=***&x=1"),
+                       ("postgresql://u:T0KEN@db/mlflow", "postgresql://***@db/mlflow")):
+        message = _problems(_inputs(shared, tracking_uri=uri))
+        assert f"mlflow.mlflow_tracking_uri={shown!r}: a URI without credentials" in message
+        assert "T0KEN" not in message
 
 
 def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:

@@ -24,7 +24,7 @@ from rl_pipeline.engines.problems import Problem
 from rl_pipeline.engines.verl.host import driver_problem, driver_version, free_gib
 from rl_pipeline.engines.verl.preflight import HF_ROLLOUT, Hardware
 from rl_pipeline.rewards.scoring import PKG
-from rl_pipeline.tracking.stores import is_local_store
+from rl_pipeline.tracking.stores import is_local_store, uri_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -128,18 +128,16 @@ def check_tracking(tracking_uri: str | None) -> list[Problem]:
 
 
 def check_tracking_credentials(tracking_uri: str | None) -> list[Problem]:
-    """No password or token in the tracking URI: verl logs its whole configuration as MLflow
-    parameters of the run, the workers' environment (where the URI travels) included."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(tracking_uri or "")
-    if not parts.password:
+    """No user name, password or token in the tracking URI: verl logs its whole
+    configuration as MLflow parameters of the run, the workers' environment (where the URI
+    travels) included. (For a server, :class:`rl_pipeline.hooks.TypedParamsMlflowHook`
+    refuses it for every stage first; a database URI's password reaches verl's check.)"""
+    shown = uri_credentials(tracking_uri)
+    if shown is None:
         return []
-    shown = parts._replace(netloc=f"{parts.username}:***@{parts.hostname}"
-                           + (f":{parts.port}" if parts.port else "")).geturl()
     return [Problem("mlflow_tracking_uri", shown, "a URI without credentials: verl logs its "
                     "configuration, the Ray workers' environment with this URI in it, as "
-                    "parameters of the train run, so the password would be stored in MLflow. "
+                    "parameters of the train run, so the secret would be stored in MLflow. "
                     "Give them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
                     "MLFLOW_TRACKING_TOKEN) in the environment of kedro run (a local Ray's "
                     "workers inherit it; on a cluster set them on every node)",
