@@ -21,6 +21,7 @@ from rl_pipeline.engines.forecast import (
     forecast_lines,
     forecast_metrics,
     gpu_kind,
+    mean_prompt_tokens,
 )
 from rl_pipeline.engines.work import EvalWork, StepWork
 from rl_pipeline.evaluation.generate import SamplingSettings
@@ -196,6 +197,20 @@ def test_the_calibration_reads_the_first_prompts_of_the_file(tmp_path):
         [[m["content"] for m in prompt] for prompt in whole.head(3)]
     assert first[0][-1]["role"] == "user"
     assert len(conversations(path, 50)) == 5  # a file shorter than asked: all of it
+
+
+def test_the_gpu_forecast_counts_each_prompts_tokens(tmp_path, tiny_model_dir):
+    """transformers 5's BatchEncoding is no dict: the mean was the length of its key names
+    ("input_ids", "attention_mask": 11.5 tokens) for any prompts."""
+    from rl_pipeline.models.tokenizer import load_tokenizer
+
+    path = verl_prompts(tmp_path / "train.parquet", 5, "train")
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    each = [len(tokenizer(tokenizer.apply_chat_template(c, add_generation_prompt=True,
+                                                        tokenize=False),
+                          add_special_tokens=False)["input_ids"])
+            for c in conversations(path, 5)]
+    assert mean_prompt_tokens(str(tiny_model_dir), path, {}) == sum(each) / 5 > 20
 
 
 @pytest.mark.slow

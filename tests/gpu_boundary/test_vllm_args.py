@@ -89,3 +89,31 @@ def test_preflight_names_rejected_kwargs_and_missing_attention_together(inputs) 
     for flag in ("--disable-mm-preprocessor-cache", "--no-such-flag"):
         assert f"`vllm serve` rejects {flag}" in message
     assert message.count("train.verl.overrides=") == 2
+
+
+@pytest.mark.parametrize(("data", "length", "batched"), [
+    pytest.param({}, 3072, "8192", id="qwen-defaults"),
+    pytest.param({"data_max_prompt_length": 4096, "data_max_response_length": 8192}, 12288,
+                 "12288", id="longer-than-a-batch"),
+])
+def test_a_model_of_long_context_gets_a_rollout_of_its_prompt_and_response(
+        inputs, tmp_path, data, length, batched) -> None:
+    """Qwen2.5's 32,768 positions: verl 0.9.1 made them vLLM's max_model_len and then, with
+    chunked prefill off, assigned max_num_batched_tokens, a frozen field: the rollout server
+    failed in its constructor ("Field 'max_num_batched_tokens' is frozen"), on the GPUs.
+    The tiny model and SmolLM2 (2,048 and 8,192 positions) never showed it."""
+    import dataclasses
+    import json
+    import shutil
+
+    model = tmp_path / "long_context"
+    shutil.copytree(inputs.model_path, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32768}))
+    plan = plan_verl(VerlParams(**SMALL), DataParams(**data), RewardParams(),
+                     dataclasses.replace(inputs, model_path=str(model)), gpus_visible=0,
+                     training=False, train_rows=16)
+    built = build_server_args(plan.config)
+    assert built.error is None and built.unrecognized == [], built
+    assert _value(built.argv, "--max_model_len") == str(length)
+    assert _value(built.argv, "--max_num_batched_tokens") == batched

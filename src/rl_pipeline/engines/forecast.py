@@ -149,12 +149,10 @@ def mean_prompt_tokens(model_path: str, prompts_file: str, chat_template_kwargs:
                        rows: int = 64) -> float:
     """The mean length of the first ``rows`` prompts, chat template applied, in tokens."""
     from rl_pipeline.engines.calibration import conversations
-    from rl_pipeline.models.tokenizer import load_tokenizer
+    from rl_pipeline.models.tokenizer import chat_prompt_ids, load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
-    ids = tokenizer.apply_chat_template(conversations(prompts_file, rows), tokenize=True,
-                                        add_generation_prompt=True, **chat_template_kwargs)
-    ids = ids["input_ids"] if isinstance(ids, dict) else ids
+    ids = chat_prompt_ids(tokenizer, conversations(prompts_file, rows), **chat_template_kwargs)
     return sum(len(i) for i in ids) / max(1, len(ids))
 
 

@@ -61,6 +61,19 @@ class ModelFacts:
                    layers=int(config["num_hidden_layers"]), lora_parameters=lora)
 
 
+def max_positions(model_path: str) -> int | None:
+    """The positions the model at ``model_path`` takes (config.json's
+    max_position_embeddings, a multimodal model's text_config's), as verl reads them; None
+    without a config.json (a hub id not yet fetched) or the field."""
+    file = Path(model_path) / "config.json"
+    if not file.is_file():
+        return None
+    config = json.loads(file.read_text())
+    value = config.get("max_position_embeddings") or (
+        config.get("text_config") or {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
 def lora_target_names(target_modules: Any) -> list[str] | None:
     """LoRA's target modules as names, or None for all linear layers (all-linear, a regex)."""
     if isinstance(target_modules, str):

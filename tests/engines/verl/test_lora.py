@@ -11,9 +11,15 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM
 
-from rl_pipeline.engines.verl.config import TRAINER_SETTINGS, LaunchInputs, launch_overrides
+from rl_pipeline.engines.verl.config import (
+    TRAINER_SETTINGS,
+    LaunchInputs,
+    launch_overrides,
+    spec_values,
+)
 from rl_pipeline.engines.verl.lora import initial_adapter_dir, write_initial_adapter
-from rl_pipeline.params import RewardParams
+from rl_pipeline.params import DataParams, RewardParams
+from rl_pipeline.params.verl import VerlParams
 
 VERL_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 
@@ -62,8 +68,9 @@ def test_launch_starts_from_the_adapter_only_with_dropout(dropout: float, tmp_pa
                           rollouts_per_step=4)
     reward = RewardParams(custom_reward_function={"path": str(digit_reward_file),
                                                   "name": "score"})
-    out = launch_overrides({"actor_model_lora_rank": 16, "actor_model_lora_dropout": dropout},
-                           inputs, reward, critic=False, pip=[])
+    values = {**spec_values(VerlParams(), DataParams()), "actor_model_lora_rank": 16,
+              "actor_model_lora_dropout": dropout}
+    out = launch_overrides(values, inputs, reward, critic=False, pip=[])
     adapter = [o for o in out if o.startswith("actor_rollout_ref.model.lora_adapter_path=")]
     settings = [o for o in out if o.startswith(f"+{TRAINER_SETTINGS}.lora_dropout=")]
     if dropout:

@@ -73,6 +73,20 @@ def test_a_run_that_would_never_save_is_refused() -> None:
                                       SPEC_DEFAULT_HARDWARE) if "freq" in p.parameter]
 
 
+def test_a_rollout_in_another_precision_than_the_actor_is_refused_on_gpus() -> None:
+    """verl's FSDP actor computes in bfloat16 on GPUs; a float16 or float32 vLLM rollout
+    samples another policy, which only the check after training caught."""
+    for dtype in ("float16", "float32", "auto"):
+        problems = check_verl(VerlParams(rollout_dtype=dtype), DataParams(),
+                              SPEC_DEFAULT_HARDWARE)
+        assert [str(p) for p in problems if p.parameter == "rollout_dtype"] == [
+            f"train.verl.rollout_dtype={dtype!r}: bfloat16 on GPUs: verl's FSDP actor "
+            "computes in bfloat16, and a rollout in another precision samples a policy the "
+            "actor does not compute"]
+    assert check_verl(VerlParams(rollout_dtype="bfloat16"), DataParams(),
+                      SPEC_DEFAULT_HARDWARE) == []
+
+
 def test_auto_hardware_resolves_from_the_visible_gpus() -> None:
     params = VerlParams(trainer_n_gpus_per_node="auto", rollout_tensor_model_parallel_size="auto")
     assert resolve_hardware(params, 1) == Hardware(1, 1, 1)

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rl_pipeline.models.facts import max_positions
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 from rl_pipeline.tracking import ARTIFACTS_BAR_ENV
@@ -241,6 +242,7 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         "trainer.logger=[console,mlflow]",
         "trainer.project_name=rl_pipeline",
         f"+{TRAINER_SETTINGS}.rollouts_logged_per_step={inputs.rollouts_per_step}",
+        *rollout_length_overrides(values, max_positions(inputs.model_path)),
     ]
     if values.get("actor_model_lora_dropout") and values.get("actor_model_lora_rank"):
         # verl's engine has no dropout setting, but starts from an adapter's config.
@@ -267,6 +269,27 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
         # Other nodes do not have this package installed; verl imports the reward from it.
         modules = shipped_modules(target)
         out.append(f"+{_RUNTIME_ENV}.py_modules=[{','.join(_hydra_value(m) for m in modules)}]")
+    return out
+
+
+# vLLM's default batch of tokens per step, verl's rollout.max_num_batched_tokens.
+VLLM_BATCHED_TOKENS = 8192
+
+
+def rollout_length_overrides(values: dict[str, Any], positions: int | None) -> list[str]:
+    """The rollout's sequence length: our prompt and response caps, not the model's context
+    (its ``positions``, None where unknown, still bound it: vLLM ends a response there).
+
+    Unset, verl 0.9.1 gives vLLM the model's whole context (32,768 tokens for Qwen2.5) and,
+    with chunked prefill off (the spec's default), raises max_num_batched_tokens to it, a
+    frozen field of its RolloutConfig: the vLLM server fails in its constructor
+    (vllm_async_server._validate_configs), after Ray and the actor started. A sequence here
+    is never longer than prompt + response, and vLLM reserves memory for that instead."""
+    length = values["data_max_prompt_length"] + values["data_max_response_length"]
+    length = min(length, positions or length)
+    out = [f"actor_rollout_ref.rollout.max_model_len={length}"]
+    if not values["rollout_enable_chunked_prefill"] and length > VLLM_BATCHED_TOKENS:
+        out.append(f"actor_rollout_ref.rollout.max_num_batched_tokens={length}")
     return out
 
 

@@ -74,7 +74,13 @@ from rl_pipeline.engines.verl.preflight import (
     resolve_hardware,
 )
 from rl_pipeline.engines.work import StepWork
-from rl_pipeline.models.facts import GiB, ModelFacts, lora_target_names, lora_target_problem
+from rl_pipeline.models.facts import (
+    GiB,
+    ModelFacts,
+    lora_target_names,
+    lora_target_problem,
+    max_positions,
+)
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
@@ -328,6 +334,13 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
         return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
                         f"chat template: {exc}", group="catalog")]
     problems = check_chat_template(tokenizer, inputs.model_path)
+    data = config.data
+    if (positions := max_positions(inputs.model_path)) is not None and \
+            data.max_prompt_length + data.max_response_length > positions:
+        logger.warning("data_max_prompt_length %d + data_max_response_length %d exceed the "
+                       "%d positions of %s: a response after a long prompt ends short of "
+                       "its cap, where the model's positions end", data.max_prompt_length,
+                       data.max_response_length, positions, inputs.model_path)
     model = config.actor_rollout_ref.model
     if int(model.lora_rank) > 0 and \
             (allowed := lora_target_problem(inputs.model_path, model.target_modules)):

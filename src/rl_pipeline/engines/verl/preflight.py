@@ -87,6 +87,11 @@ def check_verl(verl: VerlParams, data: DataParams, hardware: Hardware,
         problems += check_hf_rollout(verl, hardware)
     elif verl.ENGINE not in ROLLOUT_ENGINES:
         fail("ENGINE", f"one of {', '.join((*ROLLOUT_ENGINES, HF_ROLLOUT))}")
+    elif verl.rollout_dtype != "bfloat16":
+        # Caught otherwise only after training, by the rollout-versus-actor check: a
+        # float32 rollout beside a bfloat16 actor measured Pearson 0.52 (docs/gpu.md).
+        fail("rollout_dtype", "bfloat16 on GPUs: verl's FSDP actor computes in bfloat16, and "
+             "a rollout in another precision samples a policy the actor does not compute")
     gpus, n = hardware.gpus, verl.rollout_n
     if gpus < 1:
         fail("trainer_n_gpus_per_node", "at least 1 GPU (verl trains on GPUs only)")
