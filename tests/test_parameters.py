@@ -363,7 +363,8 @@ def test_a_missing_field_of_a_worked_example_is_named_as_missing() -> None:
 @pytest.mark.parametrize(("group", "values", "left_out", "kept"), [
     ("eval", {"greedy": True, "n_samples": 4}, "n_samples", "greedy"),
     ("train", {"engine": "trl"}, "verl", "trl"),
-], ids=["greedy eval", "trl train"])
+    ("reward", {"custom_reward_function": {"name": "compute_score"}}, "judge", "strict"),
+], ids=["greedy eval", "trl train", "no judge"])
 def test_a_run_logs_no_parameter_its_other_values_make_irrelevant(group, values, left_out,
                                                                   kept) -> None:
     from rl_pipeline.hooks import _logged
@@ -371,5 +372,23 @@ def test_a_run_logs_no_parameter_its_other_values_make_irrelevant(group, values,
     logged = _logged(GROUPS[group].model_validate(values))
     assert left_out not in logged and kept in logged
     # Sampling, or an engine left to choose (auto): every setting may be used, all logged.
-    relevant = {"eval": {"n_samples": 4}, "train": {"engine": "auto"}}[group]
+    relevant = {"eval": {"n_samples": 4}, "train": {"engine": "auto"},
+                "reward": {"custom_reward_function": {"name": "judge"},
+                           "judge": {"url": "http://judge:8000/v1", "model": None,
+                                     "served_model": "qwen"}}}[group]
     assert left_out in _logged(GROUPS[group].model_validate(relevant))
+
+
+def test_a_nested_groups_irrelevant_parameters_are_left_out_too() -> None:
+    """A TRL run logged num_train_epochs under max_steps, the eval and vLLM settings of a run
+    without evaluation or vLLM."""
+    from rl_pipeline.hooks import _logged
+
+    trl = _logged(GROUPS["train"].model_validate(
+        {"engine": "trl", "trl": {"max_steps": 40}}))["trl"]
+    assert {"num_train_epochs", "eval_steps", "vllm_mode", "per_device_eval_batch_size"
+            }.isdisjoint(trl)
+    assert {"max_steps", "learning_rate", "lora_rank"} <= set(trl)
+    every = _logged(GROUPS["train"].model_validate(
+        {"engine": "trl", "trl": {"eval_strategy": "steps", "use_vllm": True}}))["trl"]
+    assert {"num_train_epochs", "eval_steps", "vllm_mode"} <= set(every)

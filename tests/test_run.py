@@ -399,6 +399,12 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
     decision = json.loads((project / "data/08_reporting/promotion_decision.json").read_text())
     assert decision["reference"] == "base" and decision["changed"]
     assert promotion.data.tags["promote.promoted"] == str(decision["promoted"]).lower()
+    # Lineage both ways: the eval run names the version it recorded, the version the promote
+    # run that decided on it.
+    assert run_tags(runs, "eval")["eval.candidate_version"] == "1"
+    assert run_tags(runs, "eval")["eval.quick_check"] == "true"
+    assert client.get_model_version("rl_pipeline", "1").tags["promote.run_id"] == \
+        promotion.info.run_id
     assert promotion.data.tags["promote.reasons"].startswith("mean_reward: ")
     # Eval answered 4 prompts (SHORT): a quick check, which the gate does not promote on.
     assert not decision["promoted"]

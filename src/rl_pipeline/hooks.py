@@ -227,6 +227,12 @@ class TypedParamsMlflowHook(MlflowHook):
         refuse_credentials_in_server_uris(_mlflow_server_conf(context))
         super().after_context_created(context)
 
+    @hook_impl
+    def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],
+                        is_async: bool) -> None:
+        plain = {k: _logged(v) for k, v in inputs.items()}
+        super().before_node_run(node=node, catalog=catalog, inputs=plain, is_async=is_async)
+
 
 def _mlflow_server_conf(context: KedroContext) -> dict[str, Any]:
     from kedro.config import MissingConfigException
@@ -262,12 +268,6 @@ def refuse_credentials_in_server_uris(server: dict[str, Any]) -> None:
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or the token as "
                 "MLFLOW_TRACKING_TOKEN) in the environment of kedro run")
 
-    @hook_impl
-    def before_node_run(self, node: Any, catalog: Any, inputs: dict[str, Any],
-                        is_async: bool) -> None:
-        plain = {k: _logged(v) for k, v in inputs.items()}
-        super().before_node_run(node=node, catalog=catalog, inputs=plain, is_async=is_async)
-
 
 def _logged(value: Any) -> Any:
     """A node input as its run's parameters show it: a typed group's plain values, less
@@ -275,9 +275,20 @@ def _logged(value: Any) -> Any:
     logged 64 ``train.verl.*`` parameters that did nothing, a greedy eval ``n_samples: 4``)."""
     if not isinstance(value, BaseModel):
         return value
-    if isinstance(value, ParamGroup):
-        return value.model_dump(mode="json", exclude=value.not_in_effect())
-    return value.model_dump(mode="json")
+    return value.model_dump(mode="json", exclude=_not_in_effect(value))
+
+
+def _not_in_effect(value: BaseModel) -> dict[str, Any]:
+    """pydantic's ``exclude`` for ``value``: its fields not in effect, and those of the groups
+    nested in it (the trl group's, inside ``train``)."""
+    unused: dict[str, Any] = dict.fromkeys(
+        value.not_in_effect() if isinstance(value, ParamGroup) else (), True)
+    for name in type(value).model_fields:
+        nested = getattr(value, name)
+        if name not in unused and isinstance(nested, ParamGroup) and (
+                inner := _not_in_effect(nested)):
+            unused[name] = inner
+    return unused
 
 
 class StageInputsHook:

@@ -33,7 +33,7 @@ def test_a_stage_node_tags_its_own_run_through_the_catalog(mlflow_store) -> None
         SequentialRunner().run(pipeline, catalog)
     tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
     assert (tags["promote.promoted"], tags["promote.changed"]) == ("false", "true")
-    assert (tags["promote.candidate"], tags["promote.reference"]) == ("3", "champion:2")
+    assert (tags["promote.candidate"], tags["promote.compared_with"]) == ("3", "champion:2")
     assert tags["promote.reasons"].startswith("mean_reward +0.010 within")
     assert len(tags["promote.reasons"]) == TAG_LIMIT  # cut to what MLflow stores
 

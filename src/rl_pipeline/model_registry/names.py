@@ -19,6 +19,7 @@ REASONS_TAG = "promote.reasons"
 # The gate's settings (metric, guards, min_prompts) a refusal was decided with: a rerun of
 # promote with other settings decides again.
 GATE_TAG = "promote.gate"
+PROMOTE_RUN_TAG = "promote.run_id"  # the promote run that last decided on a version
 EVAL_RUN_TAG = "eval.run_id"  # the eval run whose evidence a version carries
 QUICK_CHECK_TAG = "eval.quick_check"  # "true": that eval answered some prompts only
 # The earlier versions whose weight files all have this version's SHA-256s (a merge rerun

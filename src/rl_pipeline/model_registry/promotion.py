@@ -13,6 +13,7 @@ from rl_pipeline.model_registry.names import (
     CANDIDATE,
     CHAMPION,
     GATE_TAG,
+    PROMOTE_RUN_TAG,
     PROMOTED_TAG,
     REASONS_TAG,
     REFUSED_TAG,
@@ -23,6 +24,7 @@ from rl_pipeline.model_registry.names import (
 from rl_pipeline.model_registry.versions import alias, client, model_folder, read_evidence
 from rl_pipeline.params import ConfigError
 from rl_pipeline.params.model_registry import PromoteParams
+from rl_pipeline.tracking.lineage import active_run_id
 
 logger = logging.getLogger(__name__)
 
@@ -112,5 +114,7 @@ def promote_candidate(name: str, promote: PromoteParams,
     registry.set_model_version_tag(name, candidate.version, REASONS_TAG,
                                    tag_value("; ".join(reasons)))
     registry.set_model_version_tag(name, candidate.version, GATE_TAG, tag_value(gate))
+    if (run_id := active_run_id()) is not None:
+        registry.set_model_version_tag(name, candidate.version, PROMOTE_RUN_TAG, run_id)
     return {**decision, "promoted": verdict.promote, "changed": True,
             "reasons": reasons, "comparisons": verdict.comparisons}

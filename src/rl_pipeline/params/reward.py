@@ -251,6 +251,13 @@ class RewardParams(ParamGroup):
         "apart, per training step and per model in eval. Empty: the one "
         "custom_reward_function. Set one or the other.")
 
+    def not_in_effect(self) -> set[str]:
+        """The judge's and the regex reward's settings, when no function of the reward is
+        the judge or the regex reward."""
+        built_in = {name for path, name in self.functions() if not path}
+        return {group for group, name in (("judge", JUDGE), ("regex", REGEX))
+                if name not in built_in}
+
     @model_validator(mode="after")
     def _judge_configured(self) -> RewardParams:
         if not self.uses_judge:

@@ -137,6 +137,22 @@ class TrlParams(ParamGroup):
         "scale_rewards) or reinforce_plus_plus (verl's REINFORCE++: the rewards whitened over the "
         "batch's response tokens, so a response weighs by its length; no per-group baseline).")
 
+    def not_in_effect(self) -> set[str]:
+        """Settings of what this run does not do: epochs under max_steps, evaluation without
+        an eval strategy, vLLM without use_vllm, LoRA without apply_lora."""
+        unused = set()
+        if self.max_steps > 0:
+            unused.add("num_train_epochs")
+        if self.eval_strategy != "steps":
+            unused.add("eval_steps")
+        if self.eval_strategy == "no":
+            unused.add("per_device_eval_batch_size")
+        if not self.use_vllm:
+            unused |= {"vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size"}
+        if not self.apply_lora:
+            unused |= {"lora_rank", "lora_alpha", "lora_target_modules", "lora_dropout"}
+        return unused
+
     @field_validator("algorithm_adv_estimator")
     @classmethod
     def _trl_estimators(cls, value: str) -> str:

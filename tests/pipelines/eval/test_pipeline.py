@@ -53,6 +53,7 @@ def _run(base: Path, merged: Path | None, data_params: dict,
         "merged_model": MemoryDataset(str(merged) if merged else None),
         "eval_generations_table": table or MemoryDataset(),
         "eval_metrics": KeptDataset(),  # record_eval reads it too: kept for the test
+        "eval_registry": KeptDataset(),  # and eval_run_tags this
     })
     # Kedro instantiates the typed groups in a session; a bare runner is handed them.
     # ... with their followers resolved, as WholeConfigurationHook hands them.
@@ -66,7 +67,7 @@ def _run(base: Path, merged: Path | None, data_params: dict,
     catalog["params:promote"] = PromoteParams()
     outputs = SequentialRunner().run(create_pipeline(), catalog)
     outputs["eval_metrics"] = catalog["eval_metrics"]
-    assert outputs["eval_registry"].load() == {"recorded": False}  # no registry here
+    assert catalog["eval_registry"].load() == {"recorded": False}  # no registry here
     return outputs, catalog
 
 
@@ -103,6 +104,8 @@ def test_base_and_trained_side_by_side(tiny_model_dir, trained_model, data_param
     assert list(metrics) == ["base", "trained"]
     tags = outputs["eval_run_tags"].load()  # the models compared, for a reviewer
     assert tags["eval.base_model"] == str(tiny_model_dir) and "eval.champion_version" not in tags
+    # 3 of the 4 prompts it could use (eval.max_prompts); no registry, so no version.
+    assert tags["eval.quick_check"] == "true" and "eval.candidate_version" not in tags
     for label in metrics:
         for key in ("strict_accuracy", "flexible_accuracy", "mean_reward", "strict_pass_at_1",
                     "strict_pass_at_2", "pass_at_1", "pass_at_2", "maj_at_2", "mean_at_2",

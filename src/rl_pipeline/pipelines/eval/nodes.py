@@ -303,13 +303,20 @@ def record_eval(eval_metrics: dict[str, Any], merged_model: str | None,
 
 
 def eval_run_tags(eval_metrics: dict[str, Any], merged_model: str | None, base_model: str,
-                  champion_model: dict[str, Any]) -> dict[str, str]:
+                  champion_model: dict[str, Any], eval_selection: dict[str, int],
+                  eval_registry: dict[str, Any]) -> dict[str, str]:
     """The eval run's tags: the models compared (``eval.base_model``: the base's source;
-    ``eval.champion_version`` when the champion was evaluated), the verdict on what
-    training did (overall, its reasons, and per data source) and, for a merged model, the
-    train run whose weights it holds (``source.*``, from merge's metadata in the folder)."""
+    ``eval.candidate_version``, the registered version of the merged model;
+    ``eval.champion_version`` when the champion was evaluated), whether it was a quick
+    check, the verdict on what training did (overall, its reasons, and per data source)
+    and, for a merged model, the train run whose weights it holds (``source.*``, from
+    merge's metadata in the folder)."""
     base = read_object(Path(base_model) / METADATA_FILE).get("source") or base_model
-    tags: dict[str, str] = {"eval.base_model": str(base)}
+    usable = eval_selection["validation_prompts"] - eval_selection["trained_on_prompts"]
+    tags: dict[str, str] = {"eval.base_model": str(base), model_registry.QUICK_CHECK_TAG:
+                            str(eval_selection["evaluated"] < usable).lower()}
+    if eval_registry.get("version"):
+        tags["eval.candidate_version"] = str(eval_registry["version"])
     if champion_model.get("version"):
         tags["eval.champion_version"] = str(champion_model["version"])
     if merged_model is not None:

@@ -59,7 +59,8 @@ def create_pipeline(**kwargs) -> Pipeline:
         ),
         Node(
             func=eval_run_tags,
-            inputs=["eval_metrics", "merged_model", "base_model", "champion_model"],
+            inputs=["eval_metrics", "merged_model", "base_model", "champion_model",
+                    "eval_selection", "eval_registry"],
             outputs="eval_run_tags",
             name="eval_run_tags_node",
         ),

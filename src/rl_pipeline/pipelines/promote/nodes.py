@@ -41,5 +41,6 @@ def promote_run_tags(promotion_decision: dict[str, Any]) -> dict[str, str]:
     return {"promote.promoted": str(decision["promoted"]).lower(),
             "promote.changed": str(decision["changed"]).lower(),
             "promote.candidate": decision["candidate"],
-            "promote.reference": decision["reference"],
+            # Not promote.reference: that is the parameter (champion), this what it met.
+            "promote.compared_with": decision["reference"],
             "promote.reasons": "; ".join(decision["reasons"])}
