@@ -59,32 +59,29 @@ def test_all_problems_are_reported_together() -> None:
     assert params.rollout_name == "lmdeploy"  # follows ENGINE
 
 
-def test_a_run_that_would_never_save_is_refused() -> None:
-    """verl saves only with save_freq > 0; -1 trains to the end and leaves no checkpoint to
-    export: refused before the work, not after it."""
-    for never in (-1, 0, -7):
-        problems = check_verl(VerlParams(trainer_save_freq=never), DataParams(),
-                              SPEC_DEFAULT_HARDWARE)
-        assert [str(p) for p in problems if p.parameter == "trainer_save_freq"] == [
-            f"train.verl.trainer_save_freq={never}: a positive number of steps (the last step "
-            "is always saved too): the train stage exports the last checkpoint, so never "
-            "saving, -1 in verl, cannot finish"]
-    assert not [p for p in check_verl(VerlParams(trainer_test_freq=-1), DataParams(),
-                                      SPEC_DEFAULT_HARDWARE) if "freq" in p.parameter]
+def _told(parameter: str, value: object) -> list[str]:
+    problems = check_verl(VerlParams(**{parameter: value}), DataParams(), SPEC_DEFAULT_HARDWARE)
+    return [str(p) for p in problems if p.parameter == parameter]
 
 
-def test_a_rollout_in_another_precision_than_the_actor_is_refused_on_gpus() -> None:
-    """verl's FSDP actor computes in bfloat16 on GPUs; a float16 or float32 vLLM rollout
-    samples another policy, which only the check after training caught."""
-    for dtype in ("float16", "float32", "auto"):
-        problems = check_verl(VerlParams(rollout_dtype=dtype), DataParams(),
-                              SPEC_DEFAULT_HARDWARE)
-        assert [str(p) for p in problems if p.parameter == "rollout_dtype"] == [
-            f"train.verl.rollout_dtype={dtype!r}: bfloat16 on GPUs: verl's FSDP actor "
-            "computes in bfloat16, and a rollout in another precision samples a policy the "
-            "actor does not compute"]
-    assert check_verl(VerlParams(rollout_dtype="bfloat16"), DataParams(),
-                      SPEC_DEFAULT_HARDWARE) == []
+@pytest.mark.parametrize(("parameter", "refused", "allowed", "why"), [
+    # verl saves only with save_freq > 0: -1 trained to the end and left no checkpoint to
+    # export, refused after the work.
+    ("trainer_save_freq", (-1, 0, -7), 20, "a positive number of steps (the last step is "
+     "always saved too): the train stage exports the last checkpoint, so never saving, -1 in "
+     "verl, cannot finish"),
+    # verl's FSDP actor computes in bfloat16 on GPUs: a float16 or float32 vLLM rollout
+    # samples another policy, which only the check after training caught.
+    ("rollout_dtype", ("float16", "float32", "auto"), "bfloat16", "bfloat16 on GPUs: verl's "
+     "FSDP actor computes in bfloat16, and a rollout in another precision samples a policy "
+     "the actor does not compute"),
+], ids=["never saved", "rollout precision"])
+def test_a_run_that_would_fail_after_its_work_is_refused_before(parameter, refused, allowed,
+                                                                  why) -> None:
+    for value in refused:
+        assert _told(parameter, value) == [f"train.verl.{parameter}={value!r}: {why}"]
+    assert _told(parameter, allowed) == []
+    assert _told("trainer_test_freq", -1) == []  # never validating is fine
 
 
 def test_auto_hardware_resolves_from_the_visible_gpus() -> None:
