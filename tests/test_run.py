@@ -319,15 +319,22 @@ def test_default_cpu_run_trains_merges_evaluates_and_decides_in_five_mlflow_runs
             "truncated"} <= set(table["columns"])
     assert all(r["prompt"].startswith("What is") for r in rows)
     for key in ("truncation_rate", "repetition_rate", "no_reasoning_rate", "count",
-                "reward_error/mean", "reward_timeout/mean", "reward/std", "reward/min",
-                "reward/max"):
+                "reward_error/mean", "reward_timeout/mean", "reward/mean", "reward/std",
+                "reward/min", "reward/max"):
         assert [m.step for m in client.get_metric_history(
-            train.info.run_id, f"train/{PREFIX}{key}")] == [1, 2], key
+            train.info.run_id, f"{PREFIX}{key}")] == [1, 2], key
+    # Under the names the verl engine logs them by (not train/rollouts/...), and the reward
+    # curve both engines share is TRL's own reward.
+    assert not [k for k in train.data.metrics if k.startswith(f"train/{PREFIX}")]
+    assert [m.value for m in client.get_metric_history(train.info.run_id,
+                                                       f"{PREFIX}reward/mean")] == \
+        pytest.approx([m.value for m in client.get_metric_history(train.info.run_id,
+                                                                  "train/reward")])
     # Every completion of a step is counted: conf/cpu's batch, 3 prompts x 4.
     batch = int(train.data.params["train.trl.per_device_train_batch_size"])
     assert batch == 12
     assert {m.value for m in client.get_metric_history(
-        train.info.run_id, f"train/{PREFIX}count")} == {float(batch)}
+        train.info.run_id, f"{PREFIX}count")} == {float(batch)}
     assert any(k.startswith("profiling/Time taken: GRPOTrainer.transformers.generate")
                for k in train.data.metrics)
     # The preflight's forecast (a calibration on this machine) against the run: the first

@@ -22,7 +22,8 @@ from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive
 
 # The train run's artifact holding the logged rollouts, one row each, with their step.
 TABLE = "train/rollouts.json"
-# The prefix of the per-step numbers (train/rollouts/... in TRL's, rollouts/... in verl's).
+# The prefix of the per-step numbers, in both engines' train runs (TRL's own metrics are
+# train/..., verl's its own names): one curve to compare the engines by.
 PREFIX = "rollouts/"
 # Prompts and responses are cut to this many characters in the table (the prompt's end,
 # where the question is; the response's start): a table that stays readable and small.
@@ -56,7 +57,8 @@ def step_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
     metrics.DEGENERATION`), the mean of each reward part, and the rollouts counted.
 
     Names are :data:`PREFIX` + ``truncation_rate``, ``repetition_rate``, ``no_reasoning_rate``,
-    ``count``, ``reward/std``, ``reward/min``, ``reward/max`` (the reward curve's band) and
+    ``count``, ``reward/mean``, ``reward/std``, ``reward/min``, ``reward/max`` (the reward
+    curve's band: its mean is TRL's ``reward`` and verl's ``critic/score/mean``) and
     ``<part>/mean``; the judge's parts (its tokens, unparsed replies, cache hits) also as
     ``<part>/sum``.
     """
@@ -71,7 +73,8 @@ def step_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
         "count": float(n),
     }
     if rewards:  # the reward curve's band: the spread, and the values it reached
-        metrics.update({"reward/std": statistics.pstdev(rewards), "reward/min": min(rewards),
+        metrics.update({"reward/mean": statistics.fmean(rewards),
+                        "reward/std": statistics.pstdev(rewards), "reward/min": min(rewards),
                         "reward/max": max(rewards)})
     for part in sorted({p for r in rollouts for p in r.parts}):
         values = [r.parts[part] for r in rollouts if part in r.parts]

@@ -150,6 +150,7 @@ def test_trls_reward_function_reports_timeouts_and_degeneration(tmp_path: Path) 
     assert logged[PREFIX + "truncation_rate"] == pytest.approx(1 / 3)  # the 8-token one
     assert logged[PREFIX + "repetition_rate"] == pytest.approx(1 / 3)
     # The reward curve's band: the spread of the step's rewards and the values they reached.
+    assert logged[PREFIX + "reward/mean"] == pytest.approx(statistics.fmean(scores))
     assert logged[PREFIX + "reward/std"] == pytest.approx(statistics.pstdev(scores))
     assert (logged[PREFIX + "reward/min"], logged[PREFIX + "reward/max"]) == (0.0, 1.0)
     assert reward.safe.timeouts == 1

@@ -10,6 +10,8 @@ import time
 import numpy as np
 from transformers import TrainerCallback
 
+from rl_pipeline.training_rollouts import PREFIX as ROLLOUTS_PREFIX
+
 logger = logging.getLogger(__name__)
 _METRIC_NAME = re.compile(r"[^\w\-./ ]")
 
@@ -61,8 +63,15 @@ class StepLogger(TrainerCallback):
         if self._log_lines:
             logger.info(progress_line(state.global_step, state.max_steps, numbers))
         if mlflow.active_run() is not None:
-            mlflow.log_metrics({f"train/{_METRIC_NAME.sub('_', k)}": v
-                                for k, v in numbers.items()}, step=state.global_step)
+            mlflow.log_metrics({_mlflow_name(k): v for k, v in numbers.items()},
+                               step=state.global_step)
+
+
+def _mlflow_name(key: str) -> str:
+    """TRL's metrics as train/...; the project's own (rollouts/...) under the names the verl
+    engine logs them by."""
+    name = _METRIC_NAME.sub("_", key)
+    return name if name.startswith(ROLLOUTS_PREFIX) else f"train/{name}"
 
 
 # What a line of progress shows, of what TRL logs at a step, in this order.

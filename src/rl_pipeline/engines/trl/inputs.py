@@ -44,7 +44,8 @@ class TrlReward:
 
     TRL calls it once per step with all of the step's completions, so it also reports
     them: the degeneration rates and the reward's parts (its errors and timeouts included)
-    through TRL's ``log_metric`` (logged with the step's metrics, ``train/rollouts/...``), and
+    through TRL's ``log_metric`` (logged with the step's metrics, ``rollouts/...`` as on
+    verl), and
     the first ``rollouts_per_step`` rollouts to the train run's table
     (:mod:`rl_pipeline.training_rollouts`).
     """
