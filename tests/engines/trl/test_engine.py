@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from transformers import TrainerCallback
 
 from rl_pipeline.engines.base import BAND_MAX, BAND_MIN, BAND_STD
@@ -319,6 +320,9 @@ def test_trl_preflight_names_every_problem(tiny_model_dir, tmp_path) -> None:
                                    str(tiny_model_dir), str(tmp_path), 4)
     assert report["reward"]["openai/gsm8k"]["gold_correct"] == 1.0
     assert "num_generations: 4" in config_yaml and "r: 16" in config_yaml
+    # The config that trains (it said report_to: [] where training reported to MLflow).
+    resolved = yaml.safe_load(config_yaml)["grpo_config"]
+    assert (resolved["report_to"], resolved["save_strategy"]) == (["mlflow"], "steps")
 
 
 def test_trl_rules_and_estimators() -> None:

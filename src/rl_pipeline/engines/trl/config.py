@@ -92,6 +92,15 @@ _FOLLOWER_FIELDS = {m.field for m in MAPPING
                     if f"train.trl.{m.spec}" in {f.name for f in FOLLOWERS}}
 
 
+# What the train stage sets beyond the parameters, so that the preflight's resolved config
+# (train/train_config_resolved.yaml) is the one that trains. report_to mlflow: TRL then
+# times its own phases into the stage's run (profiling/Time taken: ...: generation, the
+# reward, the loss), as verl logs timing_s/*; transformers' MLflowCallback, which that also
+# adds, is removed in training (StepLogger logs the metrics).
+TRAINING_ARGS: dict[str, Any] = {"save_strategy": "steps", "logging_strategy": "steps",
+                                 "report_to": ["mlflow"]}
+
+
 def grpo_config(params: TrlParams, output_dir: str, *, use_cpu: bool,
                 report_to: list[str] | str = "none", **extra: Any) -> GRPOConfig:
     """TRL's ``GRPOConfig`` from ``train.trl``.

@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from rl_pipeline.engines.problems import PreflightError, Problem, model_code_problem
-from rl_pipeline.engines.trl.config import grpo_config, lora_config
+from rl_pipeline.engines.trl.config import TRAINING_ARGS, grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import plain
 from rl_pipeline.engines.work import StepWork
 from rl_pipeline.models.facts import lora_target_problem
@@ -59,7 +59,8 @@ def plan_trl(params: TrlParams, reward: RewardParams, train_file: str, model_pat
     report: dict[str, Any] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
     config_yaml = ""
     try:
-        config = grpo_config(params, output_dir, use_cpu=not torch.cuda.is_available())
+        config = grpo_config(params, output_dir, use_cpu=not torch.cuda.is_available(),
+                             **TRAINING_ARGS)
         lora = lora_config(params)
         config_yaml = yaml.safe_dump({
             "grpo_config": {k: v for k, v in config.to_dict().items()

@@ -18,7 +18,7 @@ from transformers.trainer_callback import PrinterCallback
 from rl_pipeline.engines.base import TrainRun
 from rl_pipeline.engines.trl.callbacks import StepLogger
 from rl_pipeline.engines.trl.checkpoints import last_checkpoint
-from rl_pipeline.engines.trl.config import grpo_config, lora_config
+from rl_pipeline.engines.trl.config import TRAINING_ARGS, grpo_config, lora_config
 from rl_pipeline.engines.trl.inputs import TrlReward, prompts_dataset
 from rl_pipeline.engines.trl.reinforce_pp import trainer_class
 from rl_pipeline.params import ConfigError, RewardParams
@@ -68,15 +68,11 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     if resume not in ("auto", "never"):
         _check_resumable(Path(resume), params)
     set_seed(params.seed)
-    # report_to mlflow: TRL then times its own phases into the stage's run (profiling/Time
-    # taken: ...: generation, the reward, the loss), as verl logs timing_s/*; transformers'
-    # MLflowCallback, which that also adds, is removed below (StepLogger logs the metrics).
     # Off a terminal no bar, and StepLogger's line per step instead of transformers' print of
     # the whole dict (PrinterCallback, removed below).
     bars = progress_bars_shown()
-    config = grpo_config(params, str(output_dir), use_cpu=on_cpu, save_strategy="steps",
-                         logging_strategy="steps", disable_tqdm=not bars,
-                         report_to=["mlflow"])
+    config = grpo_config(params, str(output_dir), use_cpu=on_cpu, disable_tqdm=not bars,
+                         **TRAINING_ARGS)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
