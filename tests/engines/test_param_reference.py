@@ -19,6 +19,7 @@ from rl_pipeline.engines.verl.config import (
     launch_overrides,
     override_key,
     owned_keys,
+    spec_values,
 )
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.trl import TrlParams
@@ -56,7 +57,8 @@ _MISSING = object()
 def _launch(**inputs: str) -> list[str]:
     paths = LaunchInputs(train_files="/d/train.parquet", val_files="/d/val.parquet",
                          model_path="/m", checkpoints_dir="/c", **inputs)
-    return launch_overrides({}, paths, RewardParams(), critic=False, pip=[])
+    return launch_overrides(spec_values(VerlParams(), DataParams()), paths, RewardParams(),
+                            critic=False, pip=[])
 
 
 def _section(markdown: str, title: str) -> list[list[str]]:

@@ -228,6 +228,13 @@ def test_verls_resume_keys_are_set_by_train_resume_only(inputs) -> None:
     # One that repeats the launch's own value says nothing new: dropped, not refused.
     assert _plan(inputs, {"overrides": ["trainer.resume_mode=auto"]}).config.trainer.\
         resume_mode == "auto"
+    # The rollout's length is the data's caps (within the tiny model's 2,048 positions).
+    with pytest.raises(PreflightError, match=r"'actor_rollout_ref.rollout.max_model_len=4096'"
+                                             r": a key no parameter sets: .* is set by "
+                                             r"data.data_max_prompt_length \+ data.data_max_"
+                                             r"response_length"):
+        _plan(inputs, {"overrides": ["actor_rollout_ref.rollout.max_model_len=4096"]})
+    assert _plan(inputs).config.actor_rollout_ref.rollout.max_model_len == 2048
 
 
 def test_verl_checkpoints_go_to_the_folder_of_the_run_identity(inputs, tmp_path) -> None:

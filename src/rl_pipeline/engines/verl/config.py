@@ -279,6 +279,8 @@ def launch_overrides(values: dict[str, Any], inputs: LaunchInputs, reward: Rewar
 
 # vLLM's default batch of tokens per step, verl's rollout.max_num_batched_tokens.
 VLLM_BATCHED_TOKENS = 8192
+# The rollout keys sized from the data's caps (rollout_length_overrides).
+ROLLOUT_LENGTH_KEYS = ("max_model_len", "max_num_batched_tokens")
 
 
 def rollout_length_overrides(values: dict[str, Any], positions: int | None) -> list[str]:
@@ -292,9 +294,10 @@ def rollout_length_overrides(values: dict[str, Any], positions: int | None) -> l
     is never longer than prompt + response, and vLLM reserves memory for that instead."""
     length = values["data_max_prompt_length"] + values["data_max_response_length"]
     length = min(length, positions or length)
-    out = [f"actor_rollout_ref.rollout.max_model_len={length}"]
+    model_len, batched = (f"{_ROLLOUT}.{key}" for key in ROLLOUT_LENGTH_KEYS)
+    out = [f"{model_len}={length}"]
     if not values["rollout_enable_chunked_prefill"] and length > VLLM_BATCHED_TOKENS:
-        out.append(f"actor_rollout_ref.rollout.max_num_batched_tokens={length}")
+        out.append(f"{batched}={length}")
     return out
 
 
@@ -399,8 +402,11 @@ def judge_overrides() -> list[str]:
 def owned_keys(launch: Iterable[str]) -> dict[str, str]:
     """verl key -> what sets it (a spec parameter, or the catalog), for refusing overrides."""
     owned = {m.key: f"train.verl.{m.spec}" for m in MAPPING}
+    lengths = {f"{_ROLLOUT}.{key}" for key in ROLLOUT_LENGTH_KEYS}
     for override in launch:
-        owned.setdefault(override_key(override), "the catalog / the reward group")
+        key = override_key(override)
+        owned.setdefault(key, "data.data_max_prompt_length + data.data_max_response_length"
+                         if key in lengths else "the catalog / the reward group")
     return owned
 
 
