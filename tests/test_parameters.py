@@ -145,6 +145,14 @@ def test_a_flag_for_a_number_and_a_union_are_told_as_one_parameter() -> None:
         "  - train.verl.trainer_n_gpus_per_node='eight': Input should be a valid integer, "
         "unable to parse string as an integer; or 'auto'"]
     assert VerlParams.model_validate({"rollout_do_sample": True}).rollout_do_sample
+    # Through Annotated and unions (true was 1 GPU), and inside a list.
+    for field in ("trainer_n_gpus_per_node", "gpu_memory_gib"):
+        with pytest.raises(ConfigError, match=f"{field}=True: a number, not true or false"):
+            VerlParams.model_validate({field: True})
+    from rl_pipeline.params import EvalParams
+
+    with pytest.raises(ConfigError, match=r"eval.pass_k=\[True, 2\]: numbers, not true"):
+        EvalParams.model_validate({"pass_k": [True, 2]})
 
 
 def test_the_rollout_engine_follows_the_device() -> None:

@@ -300,3 +300,17 @@ def test_a_login_in_the_tracking_servers_uri_is_refused_before_any_run(tmp_path,
     refuse_credentials_in_server_uris({"mlflow_tracking_uri": "http://mlflow.internal:5000",
                                        "mlflow_registry_uri": "sqlite:///registry.db"})
 
+
+
+def test_the_spec_name_of_an_input_file_gets_the_environments_own_advice() -> None:
+    """Under --env cpu the raw inputs are generated: `dataset_train_split` is read nowhere
+    there, so pointing the spec's `data_train_files` at it would be refused in turn."""
+    from rl_pipeline.hooks import _own_data_hint
+
+    generated = {"raw_train": {"type": "rl_pipeline.datasets.arithmetic.AdditionDataset"}}
+    assert _own_data_hint("data_train_files", generated).startswith(
+        ": this environment's raw_train are generated additions (the spec's data_train_files "
+        "is dataset_train_split here); to train on your own records here, delete")
+    assert _own_data_hint("data_train_files", {}) == (
+        ". The spec's data_train_files is set here as --params dataset_train_split=...: the "
+        "raw records data_prep makes the prompts of both engines from")

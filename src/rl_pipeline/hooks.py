@@ -197,18 +197,19 @@ SPEC_INPUTS = {"actor_model_path": "base_model", "model_name_or_path": "base_mod
 
 
 def _own_data_hint(name: str, catalog: dict[str, Any]) -> str:
-    if name in SPEC_INPUTS:
-        ours = SPEC_INPUTS[name]
+    ours = SPEC_INPUTS.get(name, name)
+    spec = f" (the spec's {name} is {ours} here)" if ours != name else ""
+    entries = [k for k, v in catalog.items() if k in ("raw_train", "raw_val")
+               and isinstance(v, dict) and "arithmetic" in str(v.get("type", ""))]
+    if ours.startswith("dataset_") and entries:
+        return (f": this environment's {' and '.join(entries)} are generated additions{spec}; "
+                "to train on your own records here, delete those entries from its "
+                "catalog.yml (conf/base's JSON Lines inputs, which read dataset_train_split "
+                "and dataset_validation_split, then apply), or run without --env")
+    if spec:
         made = ("" if ours == "base_model" else ": the raw records data_prep makes the "
                 "prompts of both engines from")
         return f". The spec's {name} is set here as --params {ours}=...{made}"
-    entries = [k for k, v in catalog.items() if k in ("raw_train", "raw_val")
-               and isinstance(v, dict) and "arithmetic" in str(v.get("type", ""))]
-    if name.startswith("dataset_") and entries:
-        return (f": this environment's {' and '.join(entries)} are generated additions; to "
-                "train on your own records here, delete those entries from its catalog.yml "
-                "(conf/base's JSON Lines inputs, which read dataset_train_split and "
-                "dataset_validation_split, then apply), or run without --env")
     return ""
 
 

@@ -233,3 +233,24 @@ def test_the_calibration_measures_the_configured_step_on_a_real_model(tiny_model
     assert all(seconds > 0 for seconds in parts)
     assert sum(parts) <= measured.seconds
     assert measured.peak_rss_gib > 0.1
+
+
+@pytest.mark.slow
+def test_a_bare_forecast_resolves_evals_sampling_from_the_runs_groups(tiny_model_dir,
+                                                                      tmp_path):
+    """Called outside Kedro (no hook resolved eval's followers), the calibration's eval batch
+    sampled at top_k None: TypeError in transformers' top-k processor."""
+    from rl_pipeline.engines.base import TrainSetup
+    from rl_pipeline.engines.forecast import forecast_run
+    from rl_pipeline.params import DataParams, EvalParams, RewardParams, TrainParams
+
+    setup = TrainSetup(verl_prompts(tmp_path / "train.parquet", 8, "train"),
+                       verl_prompts(tmp_path / "val.parquet", 6, "test"), str(tiny_model_dir),
+                       str(tmp_path / "ckpt"), TrainParams(engine="trl"),
+                       DataParams(data_max_response_length=12), RewardParams())
+    work = replace(WORK, prompts=3, completions=2, response_cap=12,
+                   lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
+    eval_params = EvalParams(max_prompts=4, batch_size=4, n_samples=2)
+    assert eval_params.rollout_val_top_k is None  # a follower, unresolved
+    forecast = forecast_run(setup, work, eval_params)
+    assert forecast["step_s"]["total"] > 0 and forecast["eval_s"] > 0

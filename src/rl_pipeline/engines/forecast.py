@@ -19,7 +19,7 @@ MLflow metrics beside their ratio (:func:`forecast_metrics`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rl_pipeline.engines.calibration import Calibration, calibrate
@@ -119,11 +119,13 @@ def forecast_run(setup: TrainSetup, work: StepWork, eval_params: EvalParams,
     import pyarrow.parquet as pq
 
     from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
+    from rl_pipeline.params import resolve_followers
 
     val_rows = pq.ParquetFile(setup.val_prompts_file).metadata.num_rows
+    # A bare call (not Kedro's hook) may hand eval's followers unresolved.
+    eval_params = resolve_followers({"eval": eval_params, "train": setup.train,
+                                     "data": setup.data, "reward": setup.reward})["eval"]
     sampling = sampling_settings(eval_params, setup.data)
-    if sampling.max_new_tokens is None:  # the follower unresolved (a bare call, not Kedro)
-        sampling = replace(sampling, max_new_tokens=setup.data.data_max_response_length)
     eval_work = EvalWork(prompts=min(eval_params.max_prompts or val_rows, val_rows),
                          sampling=sampling, batch_size=eval_params.batch_size,
                          dtype=eval_params.dtype,

@@ -61,14 +61,16 @@ class ModelFacts:
                    layers=int(config["num_hidden_layers"]), lora_parameters=lora)
 
 
+def _config(folder: Path) -> dict[str, Any]:
+    file = folder / "config.json"
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
 def max_positions(model_path: str) -> int | None:
     """The positions the model at ``model_path`` takes (config.json's
     max_position_embeddings, a multimodal model's text_config's), as verl reads them; None
     without a config.json (a hub id not yet fetched) or the field."""
-    file = Path(model_path) / "config.json"
-    if not file.is_file():
-        return None
-    config = json.loads(file.read_text())
+    config = _config(Path(model_path))
     value = config.get("max_position_embeddings") or (
         config.get("text_config") or {}).get("max_position_embeddings")
     return int(value) if value else None
@@ -119,6 +121,8 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
         with safe_open(str(file), "pt") as f:
             modules.update(name.rsplit(".", 1)[0] for name in f.keys()  # noqa: SIM118
                            if name.endswith(".weight"))
+    if _config(folder).get("tie_word_embeddings"):
+        modules.add("lm_head")  # a module of the model, its weight the embeddings' (unsaved)
     linear = sorted({m.rsplit(".", 1)[-1] for m in modules if _is_lora_target(f"{m}.weight",
                                                                                None)})
     layers = f"its linear layers: {', '.join(linear)} (or all-linear)"
@@ -134,7 +138,7 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
 
 def _regex_problem(regex: str, modules: set[str], model_path: str, layers: str) -> str | None:
     # peft full-matches a string target against each module's whole path (a plain name
-    # matches nothing there: a list of names is matched by their ends instead).
+    # matches only a top-level module: a list of names is matched by their ends instead).
     try:
         pattern = re.compile(regex)
     except re.error as exc:

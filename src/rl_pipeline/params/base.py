@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, get_args
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -126,6 +127,21 @@ def resolve_followers(groups: Mapping[str, Any]) -> dict[str, Any]:
     return resolved
 
 
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The types ``annotation`` admits, through unions, Optional and Annotated."""
+    if get_origin(annotation) is Annotated:
+        return _leaf_types(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return set().union(*map(_leaf_types, get_args(annotation)))
+    return {annotation}
+
+
+def _number_only(annotation: Any) -> bool:
+    """A number is what it takes, and no flag."""
+    kinds = _leaf_types(annotation)
+    return bool not in kinds and bool(kinds & {int, float})
+
+
 def _owner_default(owner: str) -> Any:
     from rl_pipeline.params import PARAMETER_GROUPS  # the groups are defined on this base
 
@@ -202,11 +218,13 @@ class ParamGroup(BaseModel):
     @classmethod
     def _no_flag_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic's lax mode reads true as 1: `rollout_n: true` would sample once.
-        if isinstance(value, bool):
-            kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
-                cls.model_fields[info.field_name].annotation}
-            if bool not in kinds and kinds & {int, float}:
-                raise ValueError("a number, not true or false")
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, bool) and _number_only(annotation):
+            raise ValueError("a number, not true or false")
+        if isinstance(value, list) and any(isinstance(v, bool) for v in value) and any(
+                _number_only(get_args(kind)[0]) for kind in _leaf_types(annotation)
+                if get_origin(kind) is list and get_args(kind)):
+            raise ValueError("numbers, not true or false")
         return value
 
     @model_validator(mode="before")

@@ -15,27 +15,34 @@ def is_local_store(uri: str | None) -> bool:
     return not uri or uri.startswith("sqlite:") or is_local_uri(uri)
 
 
-# Query parameters that carry a secret in the URLs of tracking servers and their proxies.
-_SECRET_QUERY = ("token", "key", "secret", "password", "passwd", "auth", "sig", "credential")
+# Words of the query parameters that carry a secret in the URLs of tracking servers and
+# their proxies (access_token, api_key, X-Amz-Signature; not author).
+_SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "pwd",
+                           "auth", "sig", "signature", "credential", "credentials"})
 
 
 def uri_credentials(uri: str | None) -> str | None:
-    """``uri`` with its credentials masked, when it carries any (a user name or password, or a
-    query parameter such as ``?token=``); None when it carries none.
+    """``uri`` with its credentials masked, when it carries any (a password; a server's user
+    name, where a token is given; a query parameter such as ``?token=``); None when it
+    carries none. (A database's user name alone is no secret: its password may be in
+    ~/.pgpass.)
 
     MLflow prints the tracking URI of every run it ends ("View run ... at: URI/#/..."), and
     verl logs the URI its workers are given as a parameter: a secret in it ends in logs and
     in MLflow. Servers take a login from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD
     (or MLFLOW_TRACKING_TOKEN) instead."""
+    import re
     from urllib.parse import parse_qsl, urlencode, urlsplit
 
     parts = urlsplit(uri or "")
     query = parse_qsl(parts.query, keep_blank_values=True)
-    secret = [k for k, _ in query if any(word in k.lower() for word in _SECRET_QUERY)]
-    if not (parts.username or parts.password or secret):
+    secret = [k for k, _ in query
+              if _SECRET_WORDS & set(re.split(r"[^a-z0-9]+", k.lower()))]
+    login = parts.password or (parts.username and parts.scheme in ("http", "https"))
+    if not (login or secret):
         return None
-    netloc = parts.netloc.rpartition("@")[2]
-    if parts.username or parts.password:
-        netloc = f"***@{netloc}"
+    netloc = parts.netloc
+    if login:
+        netloc = f"***@{netloc.rpartition('@')[2]}"
     masked = urlencode([(k, "***" if k in secret else v) for k, v in query], safe="*")
     return parts._replace(netloc=netloc, query=masked).geturl()

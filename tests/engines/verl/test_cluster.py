@@ -141,6 +141,13 @@ def test_a_password_in_the_tracking_uri_is_refused_and_not_repeated(shared) -> N
         message = _problems(_inputs(shared, tracking_uri=uri))
         assert f"mlflow.mlflow_tracking_uri={shown!r}: a URI without credentials" in message
         assert "T0KEN" not in message
+    # No secret: a database's user name (its password in ~/.pgpass), a word that contains
+    # one (author); a signed URL's signature is one.
+    from rl_pipeline.tracking.stores import uri_credentials
+
+    assert uri_credentials("postgresql://mlflow@db.internal/mlflow") is None
+    assert uri_credentials("https://h/?author=me&page=2") is None
+    assert uri_credentials("https://h/?X-Amz-Signature=abc") == "https://h/?X-Amz-Signature=***"
 
 
 def test_auto_gpus_on_a_cluster_is_refused(shared) -> None:

@@ -88,7 +88,9 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("rollout_log_prob_micro_batch_size_per_gpu",
             f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
     Mapping("rollout_tensor_model_parallel_size", f"{_ROLLOUT}.tensor_model_parallel_size"),
-    Mapping("rollout_dtype", f"{_ROLLOUT}.dtype"),
+    Mapping("rollout_dtype", f"{_ROLLOUT}.dtype",
+            note="bfloat16 on GPUs, the actor's precision there (the other values are "
+            "refused); float32 or bfloat16 with device: cpu, where the actor follows it"),
     # Not in verl's schema: an engine kwarg, which verl hands to `vllm serve` as a flag.
     # vLLM 0.24 has no --disable-mm-preprocessor-cache (its parser exits 2); a cache of 0 GiB
     # is how it disables the cache. False leaves vLLM's default (null: verl drops the kwarg).
