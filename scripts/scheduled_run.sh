@@ -7,7 +7,8 @@
 # STAGE: data_prep, train, merge, eval, promote or __default__ (all five, one MLflow run each).
 # The Kedro environment is $KEDRO_ENV, else cpu on a machine without an NVIDIA GPU and
 # local (the base configuration plus conf/local) on one with it, as `make run` chooses; where
-# nvidia-smi is installed and fails, none: it stops (a GPU host's driver problem).
+# nvidia-smi is installed and fails other than finding no GPU, none: it stops (a GPU host's
+# driver problem).
 #
 # Exit status: 0 the run finished; 75 (EX_TEMPFAIL) nothing was done because a run of
 # STAGE is still going in this project; 69 (EX_UNAVAILABLE) nvidia-smi failed and
@@ -45,7 +46,7 @@ if [[ -n ${KEDRO_ENV:-} ]]; then
     env=$KEDRO_ENV
 elif gpus=$(nvidia-smi -L 2>&1); then
     env=local
-elif command -v nvidia-smi >/dev/null; then
+elif command -v nvidia-smi >/dev/null && [[ $gpus != *"No devices were found"* ]]; then
     # An NVIDIA tool that fails is a GPU host with a driver problem, not a CPU host: the cpu
     # configuration would train another model on another task, unattended. (By hand, `make
     # run` falls back and says so; nobody reads a schedule's choice until it is done.)

@@ -132,3 +132,7 @@ def test_a_gpu_host_whose_driver_fails_is_not_run_as_a_cpu_host(tmp_path) -> Non
     cpu = run_command(project, command, PATH=plain_path)
     assert "scheduled run of promote (kedro env cpu)" in cpu.stdout, cpu.stderr[-2000:]
     assert "kedro run --env cpu --pipelines eval" in " ".join((cpu.stdout + cpu.stderr).split())
+    # NVIDIA's tools on a machine without a GPU (a cloud image that has them): a CPU host.
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    none = run_command(project, command, PATH=f"{tools}:{plain_path}")
+    assert "scheduled run of promote (kedro env cpu)" in none.stdout, none.stderr[-2000:]
