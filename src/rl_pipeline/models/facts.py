@@ -41,7 +41,7 @@ class ModelFacts:
             return None
         from safetensors import safe_open
 
-        config = json.loads((folder / "config.json").read_text())
+        config = _config(folder)
         config = config.get("text_config", config)
         targets = lora_target_names(target_modules)
         parameters = lora = 0

@@ -79,7 +79,6 @@ from rl_pipeline.models.facts import (
     ModelFacts,
     lora_target_names,
     lora_target_problem,
-    max_positions,
 )
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
@@ -334,9 +333,8 @@ def _check_inputs(config: DictConfig, inputs: LaunchInputs, reward: RewardParams
         return [Problem("base_model", inputs.model_path, f"a model with a fast tokenizer and a "
                         f"chat template: {exc}", group="catalog")]
     problems = check_chat_template(tokenizer, inputs.model_path)
-    data = config.data
-    if (positions := max_positions(inputs.model_path)) is not None and \
-            data.max_prompt_length + data.max_response_length > positions:
+    data, positions = config.data, config.actor_rollout_ref.rollout.max_model_len
+    if data.max_prompt_length + data.max_response_length > positions:  # clamped at launch
         logger.warning("data_max_prompt_length %d + data_max_response_length %d exceed the "
                        "%d positions of %s: a response after a long prompt ends short of "
                        "its cap, where the model's positions end", data.max_prompt_length,
