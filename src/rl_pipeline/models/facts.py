@@ -104,8 +104,10 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
     name matches one, for all-linear, and for a folder without safetensors (a hub id not yet
     fetched).
 
-    peft refuses such a target only when it wraps the model, after the forecast has loaded
-    it or at the first training step, with its traceback; a typo is caught here instead."""
+    peft raises for a target that matches nothing only when it wraps the model, after the
+    forecast has loaded it or at the first training step, with its traceback; and a misspelt
+    name beside one that matches it skips without a word (an adapter on fewer layers than
+    asked for). Both are caught here instead."""
     targets = lora_target_names(target_modules)
     regex = (target_modules.strip() if targets is None and isinstance(target_modules, str)
              and target_modules.strip() != "all-linear" else None)

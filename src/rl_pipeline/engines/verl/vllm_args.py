@@ -65,8 +65,10 @@ def build_server_args(config: DictConfig, timeout: float = 300) -> ServerArgs:
         RuntimeError: When vLLM is neither installed nor in :func:`parser_path`, or the
             child fails before verl has built the arguments (its output is included).
     """
-    # Only the rollout and model settings shape the arguments: the same ones are built once.
-    key = OmegaConf.to_yaml(config.actor_rollout_ref, resolve=True)
+    # verl's server reads the rollout and model settings alone (its config and model_config):
+    # the same ones are built once, whatever the actor's and the reference's settings.
+    resolved = OmegaConf.to_container(config.actor_rollout_ref, resolve=True)
+    key = OmegaConf.to_yaml({part: resolved[part] for part in ("rollout", "model")})
     if key not in _BUILT:
         _BUILT[key] = _build_in_child(key, timeout)
     return _BUILT[key]
@@ -106,7 +108,7 @@ def _build_here(config_path: str) -> ServerArgs:
     from verl.utils.profiler import build_rollout_dist_profiler
     from verl.workers.rollout.vllm_rollout import vllm_async_server as server_module
 
-    config = OmegaConf.load(config_path)  # actor_rollout_ref
+    config = OmegaConf.load(config_path)  # actor_rollout_ref's rollout and model
     built: list[list[str]] = []
     build_cli_args = server_module.build_cli_args_from_config
 
