@@ -251,9 +251,11 @@ def _change(r: dict, metric: str) -> str:
 
 def on_sums(r: dict) -> bool:
     """Learned on sums: eval's verdict learned, and flexible accuracy (the sums, whatever
-    the form) up beyond its paired interval."""
-    return (r["verdict"]["verdict"] == LEARNED
-            and r["trained"]["vs_base"]["flexible_accuracy"]["ci_low"] > 0)
+    the form) up beyond noise (its paired interval and sign test; rows measured before the
+    sign test: the interval alone)."""
+    flexible = r["trained"]["vs_base"]["flexible_accuracy"]
+    return (r["verdict"]["verdict"] == LEARNED and flexible.get("distinguishable", True)
+            and flexible["ci_low"] > 0)
 
 
 def trl_row(rows: list[dict], seed: int) -> dict | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rl_pipeline.evaluation.promotion import decide_promotion, unknown_gate_metrics
+from rl_pipeline.evaluation.significance import paired_comparison
 
 
 def _c(delta: float, low: float, high: float) -> dict[str, float]:
@@ -169,3 +171,20 @@ def test_a_headline_gain_eval_calls_reward_hacking_is_refused_with_guards_flat()
         "eval's verdict against the base model: reward hacking suspected; the gate promotes "
         "no such model (the eval report says why)")
     assert decide_promotion({**evidence, "verdict": "learned"}, "mean_reward", guards).promote
+
+
+def test_four_prompts_that_gained_out_of_a_thousand_promote_nothing() -> None:
+    """The interval of 4 gains among 1,000 prompts excludes 0 ([+0.001, +0.008]); the sign
+    test of those 4 does not (p = 0.125): the gate says so and refuses."""
+    reference, candidate = np.zeros(1000), np.zeros(1000)
+    candidate[:4] = 1
+    compared = paired_comparison(reference, candidate)
+    assert compared["ci_low"] > 0
+    decision = decide_promotion(_evidence(strict_accuracy=compared), "strict_accuracy",
+                                NO_GUARDS)
+    assert not decision.promote
+    assert ("the interval excludes 0, but 4 prompt(s) scored higher and 0 lower (exact sign "
+            "test p = 0.12): too few changed to tell from noise") in decision.reasons[0]
+    candidate[:30] = 1
+    assert decide_promotion(_evidence(strict_accuracy=paired_comparison(reference, candidate)),
+                            "strict_accuracy", NO_GUARDS).promote

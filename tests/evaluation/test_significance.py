@@ -90,3 +90,35 @@ def test_one_prompt_is_no_evidence_of_a_difference() -> None:
     one = paired_comparison(np.zeros(1), np.ones(1))
     assert (one["ci_low"], one["ci_high"], one["distinguishable"]) == (1.0, 1.0, False)
     assert paired_comparison(np.zeros(8), np.ones(8))["distinguishable"]
+
+
+@pytest.mark.parametrize("prompts", [20, 1000])
+def test_four_prompts_that_gained_are_not_beyond_noise_however_many_did_not_change(
+        prompts) -> None:
+    """The percentile interval excludes 0 as soon as fewer than 2.5% of resamples miss every
+    changed prompt (4 of any number); the exact sign test of 4 of 4 gives p = 0.125."""
+    base, trained = np.zeros(prompts), np.zeros(prompts)
+    trained[:4] = 1
+    four = paired_comparison(base, trained)
+    assert four["ci_low"] > 0  # the interval alone would call it real
+    assert (four["prompts_up"], four["prompts_down"]) == (4, 0)
+    assert four["p_sign"] == pytest.approx(0.125)
+    assert not four["distinguishable"]
+    trained[:6] = 1  # 6 of 6: p = 0.031
+    assert paired_comparison(base, trained)["distinguishable"]
+    trained[6:11] = -1  # 6 up, 5 down: p = 1
+    assert not paired_comparison(base, trained)["distinguishable"]
+
+
+def test_a_mean_carried_by_a_few_prompts_against_most_is_not_beyond_noise() -> None:
+    """Partial credit: 30 prompts gain 0.8, 120 lose 0.1: the mean rises (+0.06, its interval
+    above 0) while most prompts fell, significantly so by their signs. Neither direction is
+    evidence of a better model."""
+    base = np.full(200, 0.2)
+    trained = base.copy()
+    trained[:30] += 0.8
+    trained[30:150] -= 0.1
+    mixed = paired_comparison(base, trained)
+    assert mixed["delta"] > 0 and mixed["ci_low"] > 0
+    assert mixed["p_sign"] < 0.05 and mixed["prompts_down"] > mixed["prompts_up"]
+    assert not mixed["distinguishable"]

@@ -77,10 +77,11 @@ def decide_promotion(evidence: dict[str, Any], metric: str, guards: dict[str, fl
             "trained_on_prompts": left out, "verdict": eval's verdict against the base
             model, "overall": {metric: comparison}, "by_data_source": {source: {metric:
             comparison}}}``, each comparison ``delta``, ``ci_low`` and ``ci_high`` of
-            candidate - reference and the ``prompts`` it rests on (absent in evidence
-            recorded before it was kept: not checked); fewer prompts answered than there are
-            validation prompts the model was not trained on is refused, and so is a verdict
-            in :data:`REFUSED_VERDICTS`.
+            candidate - reference, the ``prompts`` it rests on and whether it is
+            ``distinguishable`` (with ``prompts_up``, ``prompts_down`` and ``p_sign``; absent
+            in evidence recorded before they were kept: not checked); fewer prompts
+            answered than there are validation prompts the model was not trained on is
+            refused, and so is a verdict in :data:`REFUSED_VERDICTS`.
         metric: The metric the candidate must beat the reference on (over all prompts).
         guards: ``{guard: tolerance}`` (see the module docstring).
         min_prompts: The fewest prompts the metric's comparison must rest on.
@@ -95,12 +96,19 @@ def decide_promotion(evidence: dict[str, Any], metric: str, guards: dict[str, fl
         raise KeyError(metric)
     used = {metric: main}
     reasons = []
-    up, down = main["ci_low"] > 0, main["ci_high"] < 0
+    # Beyond noise: the interval excludes 0 and the sign test of the prompts that changed
+    # agrees (significance.py; evidence recorded before the sign test: the interval alone).
+    signs_agree = main.get("distinguishable", True)
+    up, down = main["ci_low"] > 0 and signs_agree, main["ci_high"] < 0 and signs_agree
     lower_is_better = metric in LOWER_IS_BETTER
     beats = down if lower_is_better else up
     better = " (lower is better)" if lower_is_better else ""
     if up or down:
         verdict = f"{'up' if up else 'down'} beyond the paired 95% interval{better}"
+    elif main["ci_low"] > 0 or main["ci_high"] < 0:
+        verdict = (f"the interval excludes 0, but {main['prompts_up']} prompt(s) scored "
+                   f"higher and {main['prompts_down']} lower (exact sign test p = "
+                   f"{main['p_sign']:.2g}): too few changed to tell from noise")
     else:
         verdict = (f"not {'down' if lower_is_better else 'up'} beyond the paired 95% "
                    "interval (the interval reaches 0)")

@@ -128,16 +128,19 @@ def _in_words(metrics: dict[str, dict[str, Any]]) -> list[str]:
     if not others:
         summary = "none compared"
     elif not real:
-        summary = "the interval includes 0 for every one"
+        summary = "none beyond noise"
     else:
-        summary = f"the interval excludes 0 for {', '.join(real)}" + (
-            "; it includes 0 for the others" if len(real) < len(others) else "")
+        summary = f"beyond noise for {', '.join(real)}" + (
+            "; not for the others" if len(real) < len(others) else "")
     out += ["", f"Other accuracy metrics: {summary} (table above).",
             "", "Intervals: paired bootstrap over prompts (the same resampled prompts for both "
-            "models), percentiles 2.5 and 97.5. Prompts needed: n = (1.96 sd / |delta|)^2, "
-            "sd the standard deviation of the per-prompt differences, the eval size at which "
-            "the expected interval just reaches 0, so a true difference of this size shows "
-            "about half the time; ((1.96 + 0.84) sd / |delta|)^2 for an 80% chance."]
+            "models), percentiles 2.5 and 97.5; a change is beyond noise (distinguishable) "
+            "where its interval excludes 0 and an exact sign test of the prompts that changed "
+            "agrees (p < 0.05; McNemar's exact test for 0/1 scores). Prompts needed: "
+            "n = (1.96 sd / |delta|)^2, sd the standard deviation of the per-prompt "
+            "differences, the eval size at which the expected interval just reaches 0, so "
+            "a true difference of this size shows about half the time; "
+            "((1.96 + 0.84) sd / |delta|)^2 for an 80% chance."]
     return out
 
 
@@ -148,6 +151,11 @@ def _sentence(c: dict[str, Any]) -> str:
     if c["distinguishable"]:
         verdict = (f"The interval excludes 0: at {c['prompts']} prompts the change is "
                    "distinguishable from noise.")
+    elif c["ci_low"] > 0 or c["ci_high"] < 0:
+        verdict = (f"The interval excludes 0, but only {c['prompts_up'] + c['prompts_down']} "
+                   f"of the {c['prompts']} prompts changed ({c['prompts_up']} up, "
+                   f"{c['prompts_down']} down; exact sign test p = {c['p_sign']:.2g}): too few "
+                   "to tell from noise.")
     else:
         verdict = (f"The interval includes 0: at {c['prompts']} prompts the change is not "
                    "distinguishable from noise.")

@@ -6,6 +6,13 @@ takes the mean of the per-prompt differences (trained - base), the same draws fo
 models. The 95% interval is the 2.5th to 97.5th percentile of those means (percentile
 bootstrap, ``scipy.stats.bootstrap``). A seeded generator makes it reproducible, and the
 same seed gives the same resampled prompts to every metric with the same prompts.
+
+The percentile interval alone is too narrow when few prompts changed: with 4 prompts of any
+number better and none worse, fewer than 2.5% of resamples miss all four, so it excludes 0,
+where an exact test of those 4 signs gives p = 0.125. A difference is therefore beyond noise
+(``distinguishable``) only when the interval excludes 0 and the exact sign test of the
+prompts that changed agrees (McNemar's exact test, for 0/1 scores): at least 6 changed
+prompts, all one way, or more with a clear majority.
 """
 
 from __future__ import annotations
@@ -81,7 +88,9 @@ def paired_comparison(base: np.ndarray, trained: np.ndarray, resamples: int = 10
 
     Returns:
         ``delta`` (mean difference), ``ci_low`` and ``ci_high`` (its 95% interval),
-        ``distinguishable`` (the interval excludes 0, over two prompts or more),
+        ``prompts_up`` and ``prompts_down`` (the prompts that scored higher / lower),
+        ``p_sign`` (:func:`sign_test` of those), ``distinguishable`` (over two prompts or
+        more, the interval excludes 0 and the sign test agrees at the 5% level),
         ``sd_diff`` (the standard deviation of the per-prompt differences), ``prompts``,
         ``prompts_needed`` and ``prompts_needed_80`` (see :func:`prompts_needed`).
     """
@@ -93,11 +102,29 @@ def paired_comparison(base: np.ndarray, trained: np.ndarray, resamples: int = 10
     low, high = bootstrap_interval(diff, resamples, seed)
     delta = float(diff.mean())
     sd = float(diff.std(ddof=1)) if len(diff) > 1 else math.nan
+    up, down = int((diff > _ZERO).sum()), int((diff < -_ZERO).sum())
+    p_sign = sign_test(up, down)
+    agrees = p_sign < 1 - CONFIDENCE and ((low > 0 and up > down) or (high < 0 and down > up))
     # One prompt's difference is its own interval, and no evidence of anything.
     return {"delta": delta, "ci_low": low, "ci_high": high,
-            "distinguishable": bool(len(diff) > 1 and (low > 0 or high < 0)), "sd_diff": sd,
+            "distinguishable": bool(len(diff) > 1 and (low > 0 or high < 0) and agrees),
+            "prompts_up": up, "prompts_down": down, "p_sign": p_sign, "sd_diff": sd,
             "prompts": len(diff), "prompts_needed": prompts_needed(delta, sd),
             "prompts_needed_80": prompts_needed(delta, sd, power=0.8)}
+
+
+_ZERO = 1e-12  # a difference of two equal scores computed apart (rewards summed in parts)
+
+
+def sign_test(up: int, down: int) -> float:
+    """The two-sided exact sign test of ``up`` prompts better against ``down`` worse (the
+    unchanged ones carry no evidence either way): McNemar's exact test for 0/1 scores; 1.0
+    when none changed."""
+    if up + down == 0:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(up, up + down, 0.5).pvalue)
 
 
 def prompts_needed(delta: float, sd_diff: float, power: float = 0.5) -> int | None:

@@ -354,10 +354,12 @@ def _compare(trained: dict[str, Any], key: str, reference: pd.DataFrame,
     trained[key] = compared
 
 
-def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, float]]:
-    # The prompts too: the gate refuses a comparison that rests on too few.
+def _comparisons(compared: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    # The prompts and the sign test too: the gate refuses a comparison that rests on too few
+    # prompts, or on too few that changed.
     return {metric: {**{k: float(c[k]) for k in ("delta", "ci_low", "ci_high")},
-                     **({"prompts": int(c["prompts"])} if "prompts" in c else {})}
+                     **{k: c[k] for k in ("prompts", "prompts_up", "prompts_down", "p_sign",
+                                          "distinguishable") if k in c}}
             for metric, c in compared.items() if isinstance(c, dict) and "ci_low" in c}
 
 
