@@ -109,6 +109,10 @@ def test_target_modules_list_and_regex(tiny_model_dir, tmp_path) -> None:
 @pytest.mark.parametrize(("name", "lora"), [
     ("rslora", {"use_rslora": True}),  # scale alpha / sqrt(r), not alpha / r
     ("patterns", {"rank_pattern": {"q_proj": 4}, "alpha_pattern": {"v_proj": 64}}),
+    # Keys with alternatives: peft groups them, '(.*\.)?(q_proj|v_proj)$'; ungrouped, the
+    # alternative split the regex and v_proj and o_proj took the default scale.
+    ("alternatives", {"rank_pattern": {"q_proj|v_proj": 4},
+                      "alpha_pattern": {"k_proj|o_proj": 64}}),
 ])
 def test_rslora_and_per_module_rank_and_alpha_merge_as_peft_applies_them(
         tiny_model_dir, tmp_path, name, lora) -> None:
@@ -132,3 +136,33 @@ def test_a_float16_merge_is_within_float16s_rounding(tiny_model_dir, adapter_dir
     result = verify_merge(tiny_model_dir, adapter_dir, tmp_path / "merged", dtype=torch.float16)
     assert result["passed"], result
     assert "float16" in str(result["dtype"]) and result["max_abs_diff"] > 0  # rounded, in bounds
+
+
+def test_gpt2s_conv1d_layers_merge_transposed_as_peft_merges_them(tmp_path) -> None:
+    """GPT-2 keeps its attention and MLP weights as (in, out) (Conv1D; peft's
+    fan_in_fan_out): the delta B @ A goes in transposed. c_attn (16 -> 48) did not fit
+    untransposed; c_proj (16 -> 16) fitted and merged wrong."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1,
+                                      n_head=2))
+    base.save_pretrained(tmp_path / "base")
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, fan_in_fan_out=True,
+                                                 target_modules=["c_attn", "c_proj"]))
+    for name, parameter in peft_model.named_parameters():
+        if "lora_B" in name:  # as if trained: B leaves its zero initialisation
+            torch.nn.init.normal_(parameter, std=0.5)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    expected = peft_model.merge_and_unload().state_dict()
+
+    summary = merge_lora(tmp_path / "base", read_adapter(tmp_path / "adapter"),
+                         tmp_path / "merged")
+    assert summary["merged_modules"] == 3  # attn.c_attn, attn.c_proj, mlp.c_proj
+    merged = GPT2LMHeadModel.from_pretrained(str(tmp_path / "merged")).state_dict()
+    before = GPT2LMHeadModel.from_pretrained(str(tmp_path / "base")).state_dict()
+    for key in ("transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+                "transformer.h.0.mlp.c_proj.weight"):
+        assert torch.allclose(merged[key], expected[key], atol=1e-5), key
+        assert not torch.allclose(merged[key], before[key], atol=1e-3), key

@@ -31,7 +31,6 @@ def _peft_wraps(model_dir, target_modules) -> set[str]:
     ["q_proj", "v_proj"],
     r".*\.(q_proj|v_proj)",
     r"model\.layers\.0\..*_proj",
-    "lm_head",  # the tiny model's, tied to the embeddings: no weight of its own on disk
 ])
 def test_a_target_peft_wraps_passes(tiny_model_dir, target_modules) -> None:
     assert lora_target_problem(str(tiny_model_dir), target_modules) is None
@@ -72,3 +71,24 @@ def test_all_linear_and_a_model_not_yet_fetched_pass_unread(tmp_path, tiny_model
     # A hub id, or a folder without safetensors: peft decides when the model is there.
     assert lora_target_problem("Qwen/Qwen2.5-0.5B-Instruct", ["nope_proj"]) is None
     assert lora_target_problem(str(tmp_path), ["nope_proj"]) is None
+
+
+@pytest.mark.parametrize("target_modules", [
+    ["q_proj", "lm_head"],  # the tiny model's head, tied to the embeddings
+    ["q_proj", "embed_tokens"],
+    r".*\.(q_proj)|lm_head",
+])
+def test_a_target_peft_wraps_but_the_merge_cannot_merge_is_refused(
+        tiny_model_dir, tmp_path, target_modules) -> None:
+    """peft trains these, then saves the head's base weights beside its factors (or the
+    embeddings' factors as lora_embedding_A/B): merge refused the adapter after training."""
+    from rl_pipeline.merge.lora import AdapterError, merge_lora, read_adapter
+    from rl_pipeline.testing import train_tiny_lora
+
+    problem = lora_target_problem(str(tiny_model_dir), target_modules)
+    assert problem.startswith("linear layers of the model's blocks: LoRA on ")
+    assert problem.endswith(LAYERS + " (or all-linear)")
+    adapter = train_tiny_lora(tiny_model_dir, tmp_path / "adapter", steps=1,
+                              target_modules=target_modules)
+    with pytest.raises(AdapterError, match="not lora_A/lora_B factors"):
+        merge_lora(tiny_model_dir, read_adapter(adapter), tmp_path / "merged")

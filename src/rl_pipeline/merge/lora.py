@@ -63,6 +63,8 @@ class LoraAdapter:
     rank_pattern: dict[str, int] = field(default_factory=dict)
     alpha_pattern: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    # GPT-2's Conv1D layers store their weight as (in, out): the delta is (B @ A) transposed.
+    fan_in_fan_out: bool = False
 
     @contextmanager
     def open(self) -> Iterator[Any]:
@@ -112,7 +114,8 @@ def read_adapter(folder: str | Path) -> LoraAdapter:
     return LoraAdapter(path=folder, weights=weights, rank=rank, alpha=float(alpha),
                        use_rslora=bool(config.get("use_rslora")), keys=keys, shapes=shapes,
                        rank_pattern=config.get("rank_pattern") or {},
-                       alpha_pattern=config.get("alpha_pattern") or {}, config=config)
+                       alpha_pattern=config.get("alpha_pattern") or {}, config=config,
+                       fan_in_fan_out=bool(config.get("fan_in_fan_out")))
 
 
 def check_fits(adapter: LoraAdapter, base_dir: str | Path) -> dict[str, str]:
@@ -132,7 +135,8 @@ def check_fits(adapter: LoraAdapter, base_dir: str | Path) -> dict[str, str]:
             continue
         with safe_open(str(Path(base_dir) / shards[key]), framework="pt") as handle:
             shape = handle.get_slice(key).get_shape()
-        if len(shape) != 2 or (b[0], a[1]) != tuple(shape) or a[0] != b[1]:
+        delta = (a[1], b[0]) if adapter.fan_in_fan_out else (b[0], a[1])
+        if len(shape) != 2 or delta != tuple(shape) or a[0] != b[1]:
             mismatched.append(f"{key}: base {list(shape)}, adapter B{list(b)} @ A{list(a)}")
     if missing or mismatched:
         lines = [f"adapter {adapter.path} does not fit the base model {base_dir}:"]
@@ -183,6 +187,8 @@ def merge_lora(base_dir: str | Path, adapter: LoraAdapter, out_dir: str | Path,
                         if key in adapter.keys and shards[key] == shard:
                             a, b = factors(key)
                             delta = (b.to(torch.float32) @ a.to(torch.float32)) * adapter.scale(key)
+                            if adapter.fan_in_fan_out:
+                                delta = delta.T
                             tensor = tensor.to(torch.float32).add_(delta)
                             merged += 1
                         writer.write(key, tensor.to(layout[key][0]))
@@ -292,11 +298,11 @@ class _ShardWriter:
 
 
 def _by_pattern(patterns: dict[str, Any], module: str, default: Any) -> Any:
-    # peft's rule: a pattern key matches a module name by regex at a dotted boundary.
-    for pattern, value in patterns.items():
-        if re.match(rf"(.*\.)?{pattern}$", module):
-            return value
-    return default
+    # peft's own rule (a key matches the module's name, grouped, at a dotted boundary), so
+    # that a key with alternatives such as 'q_proj|v_proj' scales as peft scaled it.
+    from peft.utils.other import get_pattern_key
+
+    return patterns.get(get_pattern_key(list(patterns), module), default)
 
 
 def _copy_model_files(base_dir: Path, out_dir: Path, shards: list[str],

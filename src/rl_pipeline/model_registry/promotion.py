@@ -103,14 +103,17 @@ def promote_candidate(name: str, promote: PromoteParams,
                        "weights (the same SHA-256 for each file): its training result is "
                        "the champion's")
     registry = client()
+    decided, earlier = (PROMOTED_TAG, REFUSED_TAG) if verdict.promote else (REFUSED_TAG,
+                                                                            PROMOTED_TAG)
     if verdict.promote:
         registry.set_registered_model_alias(name, CHAMPION, candidate.version)
-        registry.set_model_version_tag(name, candidate.version, PROMOTED_TAG, reference)
         logger.info("Promoted %s version %s to champion (over %s)", name, candidate.version,
                     reference)
     else:
-        registry.set_model_version_tag(name, candidate.version, REFUSED_TAG, reference)
         logger.info("Not promoted: %s", "; ".join(reasons))
+    registry.set_model_version_tag(name, candidate.version, decided, reference)
+    if earlier in candidate.tags:  # an earlier decision's tag would contradict this one's
+        registry.delete_model_version_tag(name, candidate.version, earlier)
     registry.set_model_version_tag(name, candidate.version, REASONS_TAG,
                                    tag_value("; ".join(reasons)))
     registry.set_model_version_tag(name, candidate.version, GATE_TAG, tag_value(gate))

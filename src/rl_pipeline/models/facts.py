@@ -129,13 +129,27 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
                                                                                None)})
     layers = f"its linear layers: {', '.join(linear)} (or all-linear)"
     if regex is not None:
-        return _regex_problem(regex, modules, model_path, layers)
-    unknown = [t for t in targets
-               if not any(m == t or m.endswith(f".{t}") for m in modules)]
-    if not unknown:
-        return None
-    return (f"names of the model's modules: no module of {model_path} is named "
-            f"{', '.join(map(repr, unknown))}; {layers}")
+        if problem := _regex_problem(regex, modules, model_path, layers):
+            return problem
+        matched = {m for m in modules if re.fullmatch(regex, m)}
+    else:
+        unknown = [t for t in targets
+                   if not any(m == t or m.endswith(f".{t}") for m in modules)]
+        if unknown:
+            return (f"names of the model's modules: no module of {model_path} is named "
+                    f"{', '.join(map(repr, unknown))}; {layers}")
+        matched = {m for m in modules if any(m == t or m.endswith(f".{t}") for t in targets)}
+    outside = sorted({m.rsplit(".", 1)[-1] for m in matched} & _NOT_MERGED)
+    if outside:
+        return (f"linear layers of the model's blocks: LoRA on {', '.join(outside)} cannot be "
+                f"merged (peft saves those adapters with a copy of the base weights, or as "
+                f"embedding factors, which the merge stage refuses after training); {layers}")
+    return None
+
+
+# The output head and the input embeddings: peft saves a LoRA on them with a copy of the base
+# layer (lm_head.base_layer.weight) or as lora_embedding_A/B, which merge/lora.py refuses.
+_NOT_MERGED = {"lm_head", "embed_tokens"}
 
 
 def _regex_problem(regex: str, modules: set[str], model_path: str, layers: str) -> str | None:

@@ -306,6 +306,10 @@ def test_a_refusal_is_decided_again_when_the_gate_changes(store, tiny_model_dir)
     again = _promote(loosened)
     assert (again["promoted"], again["changed"]) == (True, True)
     assert str(model_registry.alias(NAME, model_registry.CHAMPION).version) == number
+    # The refusal's tag went with it: the champion reads promoted, not refused and promoted.
+    tags = model_registry.client().get_model_version(NAME, number).tags
+    assert tags[model_registry.PROMOTED_TAG] == "base"
+    assert model_registry.REFUSED_TAG not in tags
 
 
 def test_a_champion_compared_on_too_few_prompts_is_not_replaced(store, tiny_model_dir) -> None:
