@@ -325,7 +325,8 @@ def results_table(rows: list[dict]) -> list[str]:
             f"by prompt ({pooled['prompts']} pairs): **{pooled['delta']:+.3f} "
             f"[{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}]**. One seed's pair of runs "
             "differs by its draws; over the seeds the engines' trained models "
-            + ("cannot be told apart." if pooled["ci_low"] <= 0 <= pooled["ci_high"] else
+            + ("cannot be told apart." if not pooled.get("distinguishable", pooled["ci_low"] > 0
+                                                      or pooled["ci_high"] < 0) else
                f"differ, {'verl' if pooled['delta'] > 0 else 'TRL'}'s better."))
     return lines
 
@@ -483,7 +484,8 @@ def main() -> None:
             (i := trl_interval(rows, r["seed"])) is None
             or i[0] <= r["trained"]["strict_accuracy"] <= i[1] for r in verl),
         "verl's trained model not below TRL's beyond noise": all(
-            (pair := against_trl(rows, r)) is None or pair["ci_high"] >= 0 for r in verl),
+            (pair := against_trl(rows, r)) is None
+            or not (pair.get("distinguishable", True) and pair["ci_high"] < 0) for r in verl),
         f"a verl step at most {MAX_STEP_RATIO}x a TRL step": ratio is None
         or ratio <= MAX_STEP_RATIO,
         f"each run within {LIMIT_S // 60} minutes": all(r["wall_s"] <= LIMIT_S for r in rows

@@ -188,3 +188,30 @@ def test_four_prompts_that_gained_out_of_a_thousand_promote_nothing() -> None:
     candidate[:30] = 1
     assert decide_promotion(_evidence(strict_accuracy=paired_comparison(reference, candidate)),
                             "strict_accuracy", NO_GUARDS).promote
+
+
+def test_a_guard_worse_on_four_prompts_of_a_thousand_is_noise_not_a_refusal() -> None:
+    """A guard is held to the rule the metric is: truncation up on 4 of 1,000 prompts has an
+    interval above 0 and a sign test of p = 0.125."""
+    reference, candidate = np.zeros(1000), np.zeros(1000)
+    candidate[:4] = 1
+    truncation = paired_comparison(reference, candidate)
+    assert truncation["ci_low"] > 0 and not truncation["distinguishable"]
+    gain = paired_comparison(np.zeros(1000), np.r_[np.ones(100), np.zeros(900)])
+    decision = decide_promotion(_evidence(mean_reward=gain, truncation_rate=truncation),
+                                "mean_reward", {"truncation_rate": 0.0})
+    assert decision.promote, decision.reasons
+    assert decision.reasons[1].endswith("(must not rise beyond 0): within")
+
+
+def test_a_mean_most_prompts_contradict_is_said_to_be_so() -> None:
+    base = np.full(200, 0.2)
+    trained = base.copy()
+    trained[:30] += 0.8
+    trained[30:150] -= 0.1
+    decision = decide_promotion(_evidence(mean_reward=paired_comparison(base, trained)),
+                                "mean_reward", NO_GUARDS)
+    assert not decision.promote
+    assert ("the interval excludes 0, but 30 prompt(s) scored higher and 120 lower (exact "
+            "sign test p = 6e-14): most changed prompts went the other way") in \
+        decision.reasons[0]

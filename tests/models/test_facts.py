@@ -92,3 +92,16 @@ def test_a_target_peft_wraps_but_the_merge_cannot_merge_is_refused(
                               target_modules=target_modules)
     with pytest.raises(AdapterError, match="not lora_A/lora_B factors"):
         merge_lora(tiny_model_dir, read_adapter(adapter), tmp_path / "merged")
+
+
+def test_gpt2s_embeddings_are_found_by_kind_not_name(tmp_path) -> None:
+    """GPT-2 names its embeddings wte and wpe: a name list missed them, and peft saved their
+    LoRA as lora_embedding_A/B, which merge refuses."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(tmp_path)
+    problem = lora_target_problem(str(tmp_path), ["c_attn", "wte"])
+    assert problem.startswith("linear layers of the model's blocks: LoRA on wte cannot be ")
+    assert problem.endswith("its linear layers: c_attn, c_fc, c_proj (or all-linear)")
+    assert lora_target_problem(str(tmp_path), ["c_attn", "c_proj"]) is None

@@ -4,12 +4,13 @@ when there is none yet)?
 It reads the paired comparisons candidate - reference that eval computed on the same prompts
 (:func:`~rl_pipeline.evaluation.metrics.compare_models`) and promotes only when
 
-1. the configured metric is better beyond its paired 95% interval (the interval's low end
-   above 0; its high end below 0 for a metric that is better lower, such as a rate),
-2. no guard metric is worse beyond its tolerance: for a rate that must not rise (truncation,
-   repetition, no reasoning, response length) the interval's low end above the tolerance;
-   for any other metric (higher is better) the interval's high end below minus the tolerance,
-   and
+1. the configured metric is better beyond noise (the paired 95% interval's low end above 0,
+   its high end below 0 for a metric that is better lower, such as a rate, and the sign test
+   of the prompts that changed agreeing: :mod:`~rl_pipeline.evaluation.significance`),
+2. no guard metric is worse beyond its tolerance, beyond noise: for a rate that must not
+   rise (truncation, repetition, no reasoning, response length) the interval's low end above
+   the tolerance; for any other metric (higher is better) the interval's high end below
+   minus the tolerance; and the sign test agreeing, and
 3. the comparison rests on enough prompts (``promote.min_prompts``): a bootstrap over a
    handful of prompts sees only the differences they happen to show.
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.evaluation.metrics import DEGENERATION, comparable_metrics
+from rl_pipeline.evaluation.significance import signs_disagree
 from rl_pipeline.evaluation.verdict import HACKING, WORSE
 from rl_pipeline.params.model_registry import FEW_PROMPTS
 
@@ -106,9 +108,7 @@ def decide_promotion(evidence: dict[str, Any], metric: str, guards: dict[str, fl
     if up or down:
         verdict = f"{'up' if up else 'down'} beyond the paired 95% interval{better}"
     elif main["ci_low"] > 0 or main["ci_high"] < 0:
-        verdict = (f"the interval excludes 0, but {main['prompts_up']} prompt(s) scored "
-                   f"higher and {main['prompts_down']} lower (exact sign test p = "
-                   f"{main['p_sign']:.2g}): too few changed to tell from noise")
+        verdict = f"the interval excludes 0, but {signs_disagree(main)}"
     else:
         verdict = (f"not {'down' if lower_is_better else 'up'} beyond the paired 95% "
                    "interval (the interval reaches 0)")
@@ -127,11 +127,13 @@ def decide_promotion(evidence: dict[str, Any], metric: str, guards: dict[str, fl
             raise KeyError(guard)
         used[guard] = comparison
         name = guard.rpartition(":")[2]
+        # Worse beyond noise too: the rule the metric's gain is held to.
+        beyond_noise = comparison.get("distinguishable", True)
         if name in LOWER_IS_BETTER:
-            worse = comparison["ci_low"] > tolerance
+            worse = beyond_noise and comparison["ci_low"] > tolerance
             rule = f"must not rise beyond {tolerance:g}"
         else:
-            worse = comparison["ci_high"] < -tolerance
+            worse = beyond_noise and comparison["ci_high"] < -tolerance
             rule = f"must not fall beyond {tolerance:g}"
         if worse:
             failed.append(guard)

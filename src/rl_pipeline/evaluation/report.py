@@ -13,6 +13,7 @@ import matplotlib
 from rl_pipeline.evaluation.examples import examples_markdown
 from rl_pipeline.evaluation.generate import pick_backend, sampling_settings
 from rl_pipeline.evaluation.metrics import usable_k
+from rl_pipeline.evaluation.significance import signs_disagree
 from rl_pipeline.evaluation.verdict import RULE
 from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.model_registry import FEW_PROMPTS
@@ -152,10 +153,8 @@ def _sentence(c: dict[str, Any]) -> str:
         verdict = (f"The interval excludes 0: at {c['prompts']} prompts the change is "
                    "distinguishable from noise.")
     elif c["ci_low"] > 0 or c["ci_high"] < 0:
-        verdict = (f"The interval excludes 0, but only {c['prompts_up'] + c['prompts_down']} "
-                   f"of the {c['prompts']} prompts changed ({c['prompts_up']} up, "
-                   f"{c['prompts_down']} down; exact sign test p = {c['p_sign']:.2g}): too few "
-                   "to tell from noise.")
+        verdict = (f"The interval excludes 0, but {signs_disagree(c)}; at {c['prompts']} "
+                   "prompts the change is not distinguishable from noise.")
     else:
         verdict = (f"The interval includes 0: at {c['prompts']} prompts the change is not "
                    "distinguishable from noise.")
@@ -207,7 +206,7 @@ def eval_chart(metrics: dict[str, dict[str, Any]]) -> Figure:
         axes[2].bar(x, delta, 0.6, yerr=errors, capsize=4, color=colours)
         axes[2].axhline(0, color="black", linewidth=0.8)
         axes[2].set_xticks(x, _wrapped(groups))
-        axes[2].set_title("Trained - base, paired 95% interval\n(green: excludes 0)")
+        axes[2].set_title("Trained - base, paired 95% interval\n(green: beyond noise)")
         axes[2].set_ylabel("delta of the mean reward")
     fig.tight_layout()
     plt.close(fig)

@@ -144,3 +144,15 @@ def prompts_needed(delta: float, sd_diff: float, power: float = 0.5) -> int | No
         return None
     z = Z + NormalDist().inv_cdf(power)
     return max(1, math.ceil((z * sd_diff / abs(delta)) ** 2))
+
+
+def signs_disagree(c: dict[str, Any]) -> str:
+    """Why a comparison whose interval excludes 0 is not beyond noise, from its sign test."""
+    up, down, p = c.get("prompts_up"), c.get("prompts_down"), c.get("p_sign")
+    if up is None or down is None or p is None:
+        return "its sign test did not agree"
+    counts = (f"{up} prompt(s) scored higher and {down} lower (exact sign test p = "
+              f"{p:.2g})")
+    if p < 1 - CONFIDENCE:  # significant the other way: the mean is carried by a few prompts
+        return f"{counts}: most changed prompts went the other way"
+    return f"{counts}: too few changed to tell from noise"

@@ -115,7 +115,12 @@ def _merge_lora(base: Path, adapter_dir: Path, out: Path, params: MergeParams) -
             f"merged model differs from base + adapter: max |logit diff| "
             f"{verification['max_abs_diff']:.3g} > tolerance {verification['tolerance']:.3g} "
             f"(compared in float32, against peft's merge rounded to {verification['dtype']})")
-    if verification["rounding_share"] > 0.5:
+    if verification["adapter_effect"] <= verification["tolerance"]:
+        logger.warning("The adapter changes no logit of the probe prompts by more than the "
+                       "verification's tolerance (%.3g <= %.3g): the check cannot tell this "
+                       "merge from none (an adapter that has hardly trained)",
+                       verification["adapter_effect"], verification["tolerance"])
+    elif verification["rounding_share"] > 0.5:
         logger.warning("%s rounds away %.0f%% of the adapter's effect on the logits (it changes "
                        "a logit by %.3g at most): the merged model is close to the base model; "
                        "merge.dtype=float32 keeps the whole change", verification["dtype"],

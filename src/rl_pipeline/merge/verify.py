@@ -15,7 +15,8 @@ low-precision computations:
   in float32 as peft does, and both round it once: the weights come out equal, here to the
   bit); the merged model may differ from it by the float32 tolerance or a quarter of what
   that rounding changes (``0.25 * max|rounded - unrounded|``), whichever is larger. A wrong
-  scale misses a share of the adapter's whole effect, which is larger. Computed in bfloat16
+  scale misses a share of the adapter's whole effect, which is larger (for an adapter that
+  moves a logit by more than the float32 tolerance at all). Computed in bfloat16
   against the unrounded reference, the two computations' rounding alone (4% of the largest
   logit) exceeded a small adapter's whole effect: an unmerged model passed.
 

@@ -125,8 +125,9 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
                            if name.endswith(".weight"))
     if _config(folder).get("tie_word_embeddings"):
         modules.add("lm_head")  # a module of the model, its weight the embeddings' (unsaved)
-    linear = sorted({m.rsplit(".", 1)[-1] for m in modules if _is_lora_target(f"{m}.weight",
-                                                                               None)})
+    embeddings, linear = _module_kinds(folder)
+    linear = sorted(linear or {m.rsplit(".", 1)[-1] for m in modules
+                               if _is_lora_target(f"{m}.weight", None)})
     layers = f"its linear layers: {', '.join(linear)} (or all-linear)"
     if regex is not None:
         if problem := _regex_problem(regex, modules, model_path, layers):
@@ -139,7 +140,8 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
             return (f"names of the model's modules: no module of {model_path} is named "
                     f"{', '.join(map(repr, unknown))}; {layers}")
         matched = {m for m in modules if any(m == t or m.endswith(f".{t}") for t in targets)}
-    outside = sorted({m.rsplit(".", 1)[-1] for m in matched} & _NOT_MERGED)
+    outside = sorted({m.rsplit(".", 1)[-1] for m in matched
+                      if m in embeddings or m.rsplit(".", 1)[-1] in _NOT_MERGED})
     if outside:
         return (f"linear layers of the model's blocks: LoRA on {', '.join(outside)} cannot be "
                 f"merged (peft saves those adapters with a copy of the base weights, or as "
@@ -149,7 +151,30 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
 
 # The output head and the input embeddings: peft saves a LoRA on them with a copy of the base
 # layer (lm_head.base_layer.weight) or as lora_embedding_A/B, which merge/lora.py refuses.
+# By name where the model cannot be built (_embedding_modules finds the others: GPT-2's wte
+# and wpe, GPT-NeoX's embed_in, ...).
 _NOT_MERGED = {"lm_head", "embed_tokens"}
+
+
+def _module_kinds(folder: Path) -> tuple[set[str], set[str]]:
+    """The paths of the model's embedding layers and output head, and the names of its other
+    linear layers (nn.Linear, GPT-2's Conv1D), from its config alone (the model built on the
+    meta device: no weights read); empty where transformers cannot build it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)))
+    except Exception:  # noqa: BLE001 (an architecture this transformers lacks: names only)
+        return set(), set()
+    head = model.get_output_embeddings()
+    embeddings = {name for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Embedding) or module is head}
+    linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+              if isinstance(module, torch.nn.Linear | Conv1D) and name not in embeddings}
+    return embeddings, linear
 
 
 def _regex_problem(regex: str, modules: set[str], model_path: str, layers: str) -> str | None:

@@ -41,10 +41,10 @@ class PromoteParams(ParamGroup):
 
     metric: str = Field(
         "mean_reward", description="The metric over all eval prompts the candidate must beat "
-        "the reference on beyond the paired 95% interval: the champion's, or the base "
-        "model's when there is no champion yet (e.g. strict_accuracy, pass_at_1). For a "
-        "rate that must not rise (truncation_rate, ...) or mean_response_tokens, beating "
-        "is falling beyond the interval.")
+        "the reference on beyond noise (the paired 95% interval excludes 0 and the sign test "
+        "of the prompts that changed agrees): the champion's, or the base model's when there "
+        "is no champion yet (e.g. strict_accuracy, pass_at_1). For a rate that must not rise "
+        "(truncation_rate, ...) or mean_response_tokens, beating is falling beyond noise.")
     min_prompts: int = Field(
         FEW_PROMPTS, ge=2, description="The fewest prompts the comparison with the reference "
         "must rest on for the gate to promote. Below about 20 a percentile bootstrap's "
@@ -57,7 +57,8 @@ class PromoteParams(ParamGroup):
         description="Metrics that must not get worse beyond a tolerance, {metric or "
         "data_source:metric: tolerance}: a rate (truncation, repetition, no reasoning) must "
         "not rise with its whole interval above the tolerance; another metric must not fall "
-        "with its whole interval below minus the tolerance.")
+        "with its whole interval below minus the tolerance (either beyond noise: the sign "
+        "test agreeing).")
     reference: Literal["champion", "base"] = Field(
         "champion", description="What eval compares the candidate with for the gate: the "
         "champion when there is one (else the base model), or always the base model.")
