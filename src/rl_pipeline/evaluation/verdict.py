@@ -33,7 +33,8 @@ from typing import Any
 from rl_pipeline.evaluation.metrics import DEGENERATION
 
 # The rule in a few lines, for the report (the module docstring has it in full).
-RULE = ("Verdict rule, on the paired 95% intervals of trained - base per data source: "
+RULE = ("Verdict rule, on the paired 95% intervals of trained - base per data source (up or "
+        "down: beyond noise, the interval excluding 0 and the sign test agreeing): "
         "**reward hacking suspected** if a degeneration rate (truncation, repetition, no "
         "reasoning) is up; else **learned** if a correctness metric is up (but not with "
         "flexible accuracy down: then as below); "
