@@ -28,19 +28,22 @@ RAY_MODULES = ["tests/gpu_boundary/test_ray_cluster_run.py", "tests/engines/verl
                "tests/engines/verl/test_collective.py",
                "tests/gpu_boundary/test_verl_driver.py"]
 # The longest of the other modules, longest first (seconds of a run with each worker on a
-# core of its own, 2026-11-28, a slow day): handed out first, so that the two workers finish
-# together (longest-processing-time-first). Re-measure with `make test ARGS=--durations=0`.
-LONGEST_MODULES = ["tests/test_run.py",  # 394
-                   "tests/test_faults.py",  # 320
-                   "tests/gpu_boundary/test_vllm_args.py",  # 102
+# core of its own, 2026-11-29, a slow day, the suite at 22:58): handed out first, so that the
+# two workers finish together (longest-processing-time-first). Re-measure with
+# `make test ARGS=--durations=0`.
+LONGEST_MODULES = ["tests/test_faults.py",  # 270
+                   "tests/test_run.py",  # 268
+                   "tests/gpu_boundary/test_vllm_args.py",  # 93
                    "tests/test_scheduling.py",  # 92
-                   "tests/engines/verl/test_host.py",  # 68
-                   "tests/test_gpu_kit.py",  # 65
-                   "tests/engines/verl/test_engine.py",  # 60
-                   "tests/test_user_errors.py",  # 56
-                   "tests/test_first_session.py",  # 56
-                   "tests/test_gpu_first_light.py",  # 53
-                   "tests/test_hardware_configs.py"]  # 49
+                   "tests/engines/verl/test_engine.py",  # 164, about 90 since 00ea7e8
+                   "tests/test_user_errors.py",  # 59
+                   "tests/engines/verl/test_cluster.py",  # 55
+                   "tests/test_gpu_first_light.py",  # 51
+                   "tests/test_gpu_kit.py",  # 50
+                   "tests/test_first_session.py",  # 45
+                   "tests/test_prune.py",  # 44
+                   "tests/engines/verl/test_host.py",  # 40
+                   "tests/test_hardware_configs.py"]  # 39
 
 
 @pytest.fixture(autouse=True)
