@@ -134,12 +134,11 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
             return problem
         matched = {m for m in modules if re.fullmatch(regex, m)}
     else:
-        unknown = [t for t in targets
-                   if not any(m == t or m.endswith(f".{t}") for m in modules)]
-        if unknown:
+        by_target = {t: {m for m in modules if m == t or m.endswith(f".{t}")} for t in targets}
+        if unknown := [t for t, found in by_target.items() if not found]:
             return (f"names of the model's modules: no module of {model_path} is named "
                     f"{', '.join(map(repr, unknown))}; {layers}")
-        matched = {m for m in modules if any(m == t or m.endswith(f".{t}") for t in targets)}
+        matched = set().union(*by_target.values())
     outside = sorted({m.rsplit(".", 1)[-1] for m in matched
                       if m in embeddings or m.rsplit(".", 1)[-1] in _NOT_MERGED})
     if outside:
@@ -151,8 +150,8 @@ def lora_target_problem(model_path: str, target_modules: Any) -> str | None:
 
 # The output head and the input embeddings: peft saves a LoRA on them with a copy of the base
 # layer (lm_head.base_layer.weight) or as lora_embedding_A/B, which merge/lora.py refuses.
-# By name where the model cannot be built (_embedding_modules finds the others: GPT-2's wte
-# and wpe, GPT-NeoX's embed_in, ...).
+# By name where the model cannot be built (_module_kinds finds the others by kind: GPT-2's
+# wte and wpe, GPT-NeoX's embed_in, ...).
 _NOT_MERGED = {"lm_head", "embed_tokens"}
 
 
