@@ -20,8 +20,20 @@ from pathlib import Path
 
 
 def describe(folder: Path) -> dict:
-    # Parsing needs an AIRFLOW_HOME but no database or scheduler.
-    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
+    """Each DAG in ``folder`` as Airflow's DagBag loads it, and the files that failed."""
+    if "AIRFLOW_HOME" in os.environ:
+        return _describe(folder)
+    # Parsing needs an AIRFLOW_HOME but no database or scheduler; Airflow writes its config
+    # there, so it goes when the check ends (one was left in /tmp per check before).
+    with tempfile.TemporaryDirectory(prefix="airflow-home-") as home:
+        os.environ["AIRFLOW_HOME"] = home
+        try:
+            return _describe(folder)
+        finally:
+            del os.environ["AIRFLOW_HOME"]
+
+
+def _describe(folder: Path) -> dict:
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(folder))

@@ -299,6 +299,11 @@ def test_a_code_data_source_under_a_builtin_reward_is_refused_before_any_stage()
     ([{"name": "compute_score"}, {"name": "compute_score", "weight": 2}], {},
      "the label(s) ['compute_score'] name several terms"),
     ([{"name": "compute_score", "label": "is right?"}], {}, "letters, digits and _ only"),
+    # A misspelt built-in: found when data_prep's self-test built the reward, after tokenising
+    ([{"name": "compute_score"}, {"name": "well_formd"}], {},
+     "reward.terms[1].name='well_formd' is not a built-in reward; built-ins: compute_score, "),
+    ([], {"custom_reward_function": {"name": "strict_gsm"}},
+     "reward.custom_reward_function.name='strict_gsm' is not a built-in reward"),
 ])
 def test_reward_terms_are_checked(terms, extra, message) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -163,14 +163,14 @@ def test_the_reward_functions_own_mistakes_are_user_errors(tmp_path) -> None:
     with pytest.raises(ValueError) as err:
         load_reward_function(str(rewards), "score")
     assert user_error(err.value) is err.value
-    assert str(err.value) == (f"custom_reward_function.name='score' is not a function in "
+    assert str(err.value) == (f"reward.custom_reward_function.name='score' is not a function in "
                               f"{rewards}; functions found: brevity")
     with pytest.raises(ValueError) as err:
         load_reward_function(str(rewards), "brevity")
     assert user_error(err.value) is err.value
-    assert str(err.value) == (f"custom_reward_function brevity in {rewards} must accept "
-                              "(data_source, solution_str, ground_truth, extra_info=None): too "
-                              "many positional arguments")
+    assert str(err.value) == (f"reward.custom_reward_function.name='brevity' in {rewards} must "
+                              "accept (data_source, solution_str, ground_truth, "
+                              "extra_info=None): too many positional arguments")
     rewards.write_text("import no_such_module_here\n")
     with pytest.raises(ValueError) as err:
         load_reward_function(str(rewards), "brevity")

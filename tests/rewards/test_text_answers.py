@@ -48,6 +48,9 @@ def test_normalisation_drops_case_punctuation_and_extra_spaces_only() -> None:
     ("Answer: 5", "-5", 0.0), ("Answer: -5", "5", 0.0), ("Answer: 35", "3.5", 0.0),
     ("Answer: 12", "1/2", 0.0), ("Answer: 12", "1:2", 0.0),
     ("Answer: -5", "-5", 1.0), ("Answer: 3.5.", "3.5", 1.0), ("Answer: 1,000", "1000", 1.0),
+    # A point that starts a number is kept: .5 and -.5 scored 1.0 against 5.
+    ("Answer: .5", "5", 0.0), ("Answer: 5", ".5", 0.0), ("Answer: -.5", "5", 0.0),
+    ("Answer: .5", ".5", 1.0), ("Answer: -.5", "-.5", 1.0), ("Answer: v.2", "v2", 1.0),
 ])
 def test_exact_match(response: str, truth, score: float) -> None:
     assert exact_match("exact_match", response, truth) == score
@@ -59,6 +62,9 @@ def test_exact_match(response: str, truth, score: float) -> None:
     # After a marker the first letter: these picked the I and the A.
     ("Answer: B, as I said", "B"), ("Answer: B (option A is wrong)", "B"),
     ("I think it is B", "B"),  # no marker: the last
+    # A lone lower-case letter after a marker (each was None, or the I); not an article.
+    ("Answer: b", "B"), ("Answer: b) Paris", "B"), ("Answer: (c)", "C"),
+    ("Answer: b, as I said", "B"), ("Answer: a dog", None),
 ])
 def test_the_option_picked_is_the_first_letter_after_a_marker_else_the_last(
         response: str, picked: str | None) -> None:
@@ -76,6 +82,9 @@ def test_choice_compares_letters_case_blind_and_labels_as_exact_match() -> None:
     assert choice("choice", "Answer: C", "b") == 0.0
     assert choice("choice", "Sentiment: clear.\nAnswer: Positive!", "positive") == 1.0
     assert choice("choice", "Answer: negative", "positive") == 0.0
+    # A one-letter label outside A-Z is a label: 'Б' never matched a letter pattern
+    assert choice("choice", "Answer: Б", "Б") == 1.0
+    assert choice("choice", "Answer: Б", "В") == 0.0
 
 
 @pytest.mark.parametrize(("source", "truth"), [("exact_match", "Paris"), ("choice", "B"),

@@ -25,6 +25,7 @@ from rl_pipeline.engines.verl.checks import reward_sample
 from rl_pipeline.engines.verl.config import compose_verl_config, reward_overrides
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import build_reward, compute_score, math_verify_score
+from rl_pipeline.rewards.isolation import RewardRaised
 from rl_pipeline.rewards.sandbox import sandbox_problem
 from rl_pipeline.rewards.scoring import BUILTIN
 from rl_pipeline.training_rollouts import PREFIX
@@ -167,8 +168,9 @@ def test_eval_counts_timeouts_apart_from_errors(tmp_path: Path) -> None:
         "path": str(tmp_path / "hang.py"), "name": "boom"}))
     failed = boom.score("s", "x", "1")
     assert failed.parts()["reward_error"] == 1.0 and not failed.timed_out
-    assert "KeyError" in failed.error
-    with pytest.raises(KeyError):
+    assert failed.error == f"KeyError: 1 ({tmp_path / 'hang.py'}:8 in boom)"  # and where
+    # strict: the run ends with it (as RewardRaised: a worker's exception need not unpickle)
+    with pytest.raises(RewardRaised, match="KeyError: 1"):
         build_reward(RewardParams(strict=True, custom_reward_function={
             "path": str(tmp_path / "hang.py"), "name": "boom"}))("s", "x", "1")
 
@@ -270,6 +272,119 @@ def test_a_term_that_raises_scores_zero_alone_and_is_counted(tmp_path: Path) -> 
     assert (scored.reward, scored.extra) == (1.0, {"term_correct": 1.0, "term_boom": 0.0})
     assert scored.parts()["reward_error"] == 1.0 and "boom: KeyError" in scored.error
     assert reward.errors == 1
+
+
+# A reward of the user's own that fails the way user code fails, each on its word.
+FAILS = """
+import sys
+
+
+class NoAnswerLine(Exception):  # a class of this file: it must not break the way back
+    pass
+
+
+def score(data_source, solution_str, ground_truth, extra_info=None):
+    if "exit" in solution_str:
+        sys.exit(3)
+    if "mine" in solution_str:
+        raise NoAnswerLine("no answer line")
+    if "text" in solution_str:
+        return {"score": "1.0", "acc": 1.0}
+    return {"score": 1.0, "acc": 1.0, "reward_error": 5.0}
+"""
+
+
+def verls_table(infos: list[dict]) -> dict:
+    """verl's per-sample reward table, as its agent loop builds it (agent_loop.py
+    ``_postprocess`` and reward_loop.py ``compute_rm_score``, verl 0.9.1): the first sample's
+    keys, looked up in every sample."""
+    import numpy as np
+
+    return {key: np.array([info[key] for info in infos]) for key in infos[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timeout_s", [10.0, None], ids=["worker", "thread"])
+def test_a_failed_sample_scores_zero_in_verls_reward_manager_and_keeps_its_table_whole(
+        verl_manager, tokenizer, tmp_path: Path, timeout_s) -> None:
+    """A reward that raises (a class of its own file), calls sys.exit, or returns text: each
+    sample scores 0 and is counted, where the run went on; every sample carries the same
+    parts, failed or not, or verl's table raised KeyError and ended the step."""
+    (tmp_path / "fails.py").write_text(FAILS)
+    path = str(tmp_path / "fails.py")
+    manager = verl_manager(RewardParams(timeout_s=timeout_s, custom_reward_function={
+        "path": path, "name": "score"}), path)
+    scored = [_run_single(manager, tokenizer, "mine", response, "1")
+              for response in ("fine", "mine", "exit", "text")]
+    assert [s["reward_score"] for s in scored] == [1.0, 0.0, 0.0, 0.0]
+    infos = [s["reward_extra_info"] for s in scored]
+    assert [i["reward_error"] for i in infos] == [0.0, 1.0, 1.0, 1.0]  # not the 5.0 it said
+    assert {frozenset(i) for i in infos} == {frozenset(  # "acc" is not logged: docs/rewards.md
+        ["score", "reward_function", "overlong_penalty", "reward_error", "reward_timeout"])}
+    for order in (infos, infos[::-1]):
+        assert len(verls_table(order)["reward_error"]) == 4
+
+
+def test_what_a_reward_raised_names_its_type_message_and_line(tmp_path: Path) -> None:
+    (tmp_path / "fails.py").write_text(FAILS)
+    for timeout_s in (10.0, None):
+        reward = build_reward(RewardParams(timeout_s=timeout_s, custom_reward_function={
+            "path": str(tmp_path / "fails.py"), "name": "score"}))
+        assert reward.score("s", "mine", "1").error == \
+            f"NoAnswerLine: no answer line ({tmp_path / 'fails.py'}:13 in score)"
+        assert reward.score("s", "exit", "1").error.startswith("SystemExit: 3 (")
+        assert reward.score("s", "text", "1").error == \
+            "NotAScore: returned str '1.0', not a number"
+        assert reward.errors == 3
+
+
+@pytest.mark.slow
+def test_a_weighted_reward_with_a_failing_judge_term_keeps_verls_table_whole(
+        verl_manager, tokenizer) -> None:
+    """A judge term whose endpoint is not there: its sample scores the other term alone and
+    still carries the judge's parts (as 0), as a sample the judge answered does."""
+    manager = verl_manager(RewardParams.model_validate({"terms": [
+        {"name": "compute_score", "label": "correct"},
+        {"name": "judge", "weight": 0.5}],
+        "judge": {"url": "http://127.0.0.1:9/v1", "served_model": "none", "retries": 0,
+                  "request_timeout_s": 2}}))
+    failed = _run_single(manager, tokenizer, "openai/gsm8k", "#### 72", "72")
+    assert failed["reward_score"] == 1.0
+    info = failed["reward_extra_info"]
+    assert info["reward_error"] == 1.0 and info["term_judge"] == 0.0
+    assert {k: info[k] for k in info if k.startswith("judge_")} == dict.fromkeys(
+        ["judge_prompt_tokens", "judge_completion_tokens", "judge_unparsed", "judge_cached"],
+        0.0)
+
+
+def test_a_reward_file_that_imports_slowly_is_imported_before_the_first_sample(
+        tmp_path: Path) -> None:
+    """Its import (torch, a model) is not counted against a sample's limit: each worker
+    imports it before it takes a sample."""
+    (tmp_path / "slow.py").write_text(
+        "import time\ntime.sleep(2)\n\ndef score(*args, **kwargs):\n    return 1.0\n")
+    reward = build_reward(RewardParams(timeout_s=1.0, custom_reward_function={
+        "path": str(tmp_path / "slow.py"), "name": "score"}))
+    scored = [reward.score("s", "x", "1") for _ in range(3)]
+    assert [s.reward for s in scored] == [1.0] * 3, [s.error for s in scored]
+    assert reward.timeouts == 0
+
+
+def test_an_async_reward_is_awaited_and_a_generator_or_class_refused(tmp_path: Path) -> None:
+    (tmp_path / "kinds.py").write_text(
+        "import asyncio\n\n"
+        "async def later(*args, **kwargs):\n    await asyncio.sleep(0)\n    return 1.0\n\n"
+        "def yields(*args, **kwargs):\n    yield 1.0\n\n"
+        "class Scorer:\n    def __init__(self, *args, **kwargs):\n        pass\n")
+    path = str(tmp_path / "kinds.py")
+    for timeout_s in (10.0, None):
+        reward = build_reward(RewardParams(timeout_s=timeout_s, custom_reward_function={
+            "path": path, "name": "later"}))
+        assert reward.score("s", "x", "1").reward == 1.0
+    for name, what in (("yields", "is a generator"), ("Scorer", "is a class")):
+        with pytest.raises(ValueError, match=f"reward.custom_reward_function.name='{name}' "
+                                             f"in {path} {what}"):
+            build_reward(RewardParams(custom_reward_function={"path": path, "name": name}))
 
 
 STARTS_AT_BUILD = """

@@ -158,6 +158,11 @@ def template_fields(text: str, where: str) -> list[str]:
 
 
 REGEX = "regex"  # the built-in reward that reads the answer with the user's pattern
+# The names custom_reward_function.name takes without a path (rl_pipeline.rewards.scoring's
+# BUILTIN, which checks it holds the same names; that module imports verl, these params not)
+BUILTIN_NAMES = ("compute_score", "strict_gsm8k", "flexible_gsm8k", "math_verify_score",
+                 "gsm8k_format_credit", "exact_match", "choice", "well_formed", "code_tests",
+                 JUDGE, REGEX)
 
 
 class RegexParams(ParamGroup):
@@ -309,6 +314,22 @@ class RewardParams(ParamGroup):
             raise ValueError(f"reward.terms: the label(s) {twice} name several terms; give "
                              "each a label of its own")
         return self
+
+    @model_validator(mode="after")
+    def _built_ins_exist(self) -> RewardParams:
+        # Here, not when data_prep's self-test first builds the reward, after tokenising
+        for where, (path, name) in zip(self.parameters(), self.functions(), strict=True):
+            if not path and name not in BUILTIN_NAMES:
+                raise ValueError(f"{where}.name={name!r} is not a built-in reward; built-ins: "
+                                 f"{', '.join(BUILTIN_NAMES)} (or give a file in {where}.path)")
+        return self
+
+    def parameters(self) -> list[str]:
+        """Where each of :meth:`functions` is set: ``reward.terms[i]`` or
+        ``reward.custom_reward_function``."""
+        if self.terms:
+            return [f"reward.terms[{i}]" for i in range(len(self.terms))]
+        return ["reward.custom_reward_function"]
 
     def functions(self) -> list[tuple[str | None, str]]:
         """(path, name) of every function the reward calls: its terms, or its one function."""

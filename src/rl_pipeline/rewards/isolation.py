@@ -13,28 +13,48 @@ The pool is pebble's ``ProcessPool``, which kills a timed-out worker (the standa
 ``ProcessPoolExecutor`` can only stop waiting for it). Workers come from a forkserver that
 has imported the built-in scorers once, so starting one (at first use, and after a kill)
 costs a fork, not verl's 5-second import; forking the calling process instead would copy
-a Ray actor's threads and their locks.
+a Ray actor's threads and their locks. A worker imports the reward files of this process's
+rewards (:func:`register`) before it takes a sample, so a file's import (torch, a
+classifier) does not count against the first sample's limit, nor against the first after a
+kill.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import inspect
 import multiprocessing
 import os
+import signal
 import threading
+import traceback
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 # What the forkserver imports before it forks a worker: the built-in scorers and verl's.
 PRELOAD = ["rl_pipeline.rewards.scoring"]
 MAX_WORKERS = 8
+# A worker's import of the reward files before its first sample may take this long; past it
+# the worker gives up and each sample imports within its own limit (as before preloading).
+IMPORT_LIMIT_S = 300
 
 
 class RewardTimeout(TimeoutError):
     """The reward function ran past ``reward.timeout_s`` on one sample."""
 
 
+class RewardRaised(RuntimeError):
+    """The reward function raised (or called ``sys.exit``) in its worker process. It comes
+    back as this, with the original's type, message and line, because the original may not
+    cross back: a class the reward file defines does not unpickle everywhere, and a
+    ``SystemExit`` would end the caller."""
+
+
 _pools: dict[int, Any] = {}  # one pool per process (a fork must not reuse its parent's)
+_preloaded: dict[int, frozenset] = {}  # the sources each process's pool imports in its workers
+_sources: set[tuple[str | None, str]] = set()  # the (path, name) this process's rewards call
 _lock = threading.Lock()
 _peers = 1  # processes of the run with a pool of their own on these cores (share_cores)
 
@@ -54,17 +74,54 @@ def workers() -> int:
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) // _peers))
 
 
+def register(path: str | None, name: str) -> None:
+    """Have this process's scorer workers import ``path`` before their first sample (a
+    reward that runs in them; :class:`~rl_pipeline.rewards.scoring.SafeReward` registers
+    its own). A pool started before a new file is registered is replaced at its next use."""
+    if path:
+        with _lock:
+            _sources.add((path, name))
+
+
 def _pool() -> Any:
     from pebble import ProcessPool
 
+    pid = os.getpid()
     with _lock:
-        pool = _pools.get(os.getpid())
+        pool = _pools.get(pid)
+        sources = frozenset(_sources)
+        if pool is not None and pool.active and not sources <= _preloaded[pid]:
+            pool.close()  # its pending samples finish; new ones go to the new pool
+            pool = None
         if pool is None or not pool.active:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(PRELOAD)
-            pool = _pools[os.getpid()] = ProcessPool(max_workers=workers(), context=context)
+            pool = _pools[pid] = ProcessPool(max_workers=workers(), context=context,
+                                             initializer=_preload, initargs=(sorted(sources),))
+            _preloaded[pid] = sources
             atexit.register(_stop, pool)
         return pool
+
+
+def _preload(sources: list[tuple[str, str]]) -> None:
+    """A worker's start: import each reward file, within :data:`IMPORT_LIMIT_S` (its main
+    thread: an alarm works). What fails or takes too long is left to the sample's own call,
+    which then raises it within the sample's limit."""
+    from rl_pipeline.rewards.scoring import load_reward_function_cached
+
+    def give_up(*_: Any) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(IMPORT_LIMIT_S)
+    try:
+        for path, name in sources:
+            load_reward_function_cached(path, name)
+    except (Exception, SystemExit):
+        load_reward_function_cached.cache_clear()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def warm() -> None:
@@ -102,4 +159,22 @@ def call_with_limit(path: str | None, name: str, args: tuple, timeout_s: float) 
 def _call(path: str | None, name: str, args: tuple) -> Any:
     from rl_pipeline.rewards.scoring import load_reward_function_cached
 
-    return load_reward_function_cached(path, name)(*args)
+    try:
+        return run(load_reward_function_cached(path, name), args)
+    except BaseException as exc:  # what may not cross back (a class of the reward file, exit)
+        raise RewardRaised(describe(exc)) from None
+
+
+def run(fn: Callable[..., Any], args: tuple) -> Any:
+    """``fn(*args)``, awaited when ``fn`` is a coroutine function (verl's reward loop awaits
+    an ``async def`` reward; here it runs on an event loop of its own)."""
+    result = fn(*args)
+    return asyncio.run(result) if inspect.iscoroutine(result) else result
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (file:line in function)``: what a reward raised and the line that
+    raised it, in one line for the log and the reward self-test."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

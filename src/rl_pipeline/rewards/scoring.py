@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import importlib.util
 import inspect
 import logging
 import math
+import numbers
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,8 +23,9 @@ from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rl_pipeline.errors import UserError
-from rl_pipeline.params.reward import JUDGE, REGEX
+from rl_pipeline.params.reward import BUILTIN_NAMES, JUDGE, REGEX
 from rl_pipeline.rewards.form import MAX_RESPONSE_LENGTH, RESPONSE_LENGTH, form
+from rl_pipeline.rewards.judge import PARTS as JUDGE_PARTS
 from rl_pipeline.rewards.judge import Judge
 from rl_pipeline.rewards.sandbox import code_tests
 from rl_pipeline.rewards.text_answers import RegexAnswer, choice, exact_match
@@ -158,6 +162,8 @@ BUILTIN = {f.__name__: f for f in (compute_score, strict_gsm8k, flexible_gsm8k, 
                                    code_tests)}
 # Classes: build_reward makes them from reward.judge and reward.regex, never by name.
 BUILTIN[JUDGE], BUILTIN[REGEX] = Judge, RegexAnswer
+# The parameters check names against BUILTIN_NAMES without importing this module (verl)
+assert set(BUILTIN) == set(BUILTIN_NAMES), set(BUILTIN) ^ set(BUILTIN_NAMES)
 
 
 class RewardFunctionError(UserError, ValueError):
@@ -166,7 +172,8 @@ class RewardFunctionError(UserError, ValueError):
     that fails to import is a ValueError with its traceback, which shows the failing line.)"""
 
 
-def load_reward_function(path: str | None, name: str = "compute_score") -> RewardFunction:
+def load_reward_function(path: str | None, name: str = "compute_score",
+                         parameter: str = "reward.custom_reward_function") -> RewardFunction:
     """The reward function the spec's ``custom_reward_function`` names.
 
     Args:
@@ -174,12 +181,14 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
             (verl's convention; a reward file shipped to a Ray cluster's nodes is one), or
             None for a built-in one.
         name: The function's name (built-ins: :data:`BUILTIN`).
+        parameter: Where the parameters set ``path`` and ``name``, for the messages
+            (``reward.terms[1]`` for a term).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
         ValueError: If the file cannot be imported (its traceback shows where).
-        RewardFunctionError: If there is no such function, or it does not take verl's reward
-            arguments (a ValueError too).
+        RewardFunctionError: If there is no such function, or it is not one verl's reward
+            loop can call: other arguments, a generator or a class (a ValueError too).
     """
     if not path:
         if name in (JUDGE, REGEX):
@@ -187,24 +196,23 @@ def load_reward_function(path: str | None, name: str = "compute_score") -> Rewar
                                       "group: rl_pipeline.rewards.build_reward builds it")
         if name not in BUILTIN:
             raise RewardFunctionError(
-                f"custom_reward_function.name={name!r} is not a built-in reward; built-ins: "
+                f"{parameter}.name={name!r} is not a built-in reward; built-ins: "
                 f"{', '.join(BUILTIN)} (or give a file in .path)")
         return BUILTIN[name]
     if not path.startswith(PKG) and not Path(path).is_file():
-        raise FileNotFoundError(f"custom_reward_function.path={path!r}: no such file")
+        raise FileNotFoundError(f"{parameter}.path={path!r}: no such file")
     try:
         module = _import_reward_module(path)
     except Exception as exc:  # a bug in the user's code: its traceback shows the line
-        raise ValueError(f"custom_reward_function.path={path!r} failed to import: "
-                         f"{exc!r}") from exc
+        raise ValueError(f"{parameter}.path={path!r} failed to import: {exc!r}") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         found = [n for n, v in vars(module).items() if inspect.isfunction(v)
                  and v.__module__ == module.__name__]
         raise RewardFunctionError(
-            f"custom_reward_function.name={name!r} is not a function in {path}; functions "
+            f"{parameter}.name={name!r} is not a function in {path}; functions "
             f"found: {', '.join(found) or 'none'}")
-    _check_signature(fn, path, name)
+    _check_callable(fn, path, name, parameter)
     return fn
 
 
@@ -274,6 +282,10 @@ class SafeReward:
         self.overlong = overlong or OverlongPenalty()
         self.source = source
         self.timeout_s = timeout_s if source is not None else None
+        if self.timeout_s is not None:
+            from rl_pipeline.rewards.isolation import register
+
+            register(*source)  # its workers import the file before their first sample
         self.errors = 0
         self.timeouts = 0
         # Samples scored at once by score_batch: a judge's requests in flight, else one.
@@ -286,42 +298,106 @@ class SafeReward:
     def score(self, data_source: str, solution_str: str, ground_truth: str,
               extra_info: dict | None = None) -> Scored:
         """The reward of one response, with its parts."""
-        from rl_pipeline.rewards.isolation import RewardTimeout, call_with_limit
+        from rl_pipeline.rewards.isolation import RewardTimeout, call_with_limit, run
 
         args = (data_source, solution_str, ground_truth, extra_info)
         penalty = self.overlong(extra_info)
         try:
             if self.timeout_s is None:
-                result = self.fn(*args)
+                result = run(self.fn, args)
             else:
                 result = call_with_limit(*self.source, args, self.timeout_s)
-            value = float(result["score"] if isinstance(result, dict) else result)
-            if not math.isfinite(value):
-                raise ValueError(f"returned a score of {value}")
-        except Exception as exc:
+            value = score_of(result)
+        # SystemExit too: a reward's sys.exit() must not end the trainer (KeyboardInterrupt,
+        # the user's Ctrl-C, still does)
+        except (Exception, SystemExit) as exc:
             if self.strict:
                 raise
             timed_out = isinstance(exc, RewardTimeout)
             self.timeouts += timed_out
             self.errors += not timed_out
+            what = failure(exc)
             if self.errors + self.timeouts <= 3:
                 logger.warning("reward function %s %s; scoring 0 (reward.strict=true makes "
                                "this fatal)", getattr(self.fn, "__name__", self.fn),
-                               exc if timed_out else f"raised {exc!r}")
-            return Scored(penalty, 0.0, penalty, f"{type(exc).__name__}: {exc}"[:300],
-                          timed_out)
-        extra, pred, note = {}, None, None
+                               exc if timed_out else f"raised {what}")
+            return Scored(penalty, 0.0, penalty, what[:300], timed_out,
+                          dict.fromkeys(self.extra_names, 0.0))
+        pred = note = None
         if isinstance(result, dict):
-            extra = {str(k): float(v) for k, v in result.items() if k != "score"
-                     and isinstance(v, int | float) and not isinstance(v, bool)}
             pred = None if result.get("pred") is None else str(result["pred"])
             note = None if result.get("note") is None else str(result["note"])
+        extra = {name: _finite(result.get(name)) if isinstance(result, dict) else 0.0
+                 for name in self.extra_names}
         return Scored(value + penalty, value, penalty, extra=extra, pred=pred, note=note)
+
+    @property
+    def extra_names(self) -> tuple[str, ...]:
+        """The parts a sample carries beyond :data:`PARTS`, the same on every sample, failed
+        ones included: verl builds its per-sample table from the first sample's keys and
+        raises KeyError on a later sample without one. Only the judge has any (its
+        :data:`~rl_pipeline.rewards.judge.PARTS`); other keys of a dict result are not
+        logged (a user function's keys are unknown until it returns, and a failed sample
+        returns none)."""
+        return JUDGE_PARTS if isinstance(self.fn, Judge) else ()
 
     def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """:meth:`score` of each sample, in order; ``concurrency`` at once (a judge's
         requests overlap; other rewards score one by one)."""
         return score_concurrently(self.score, samples, self.concurrency)
+
+
+def score_of(result: Any) -> float:
+    """The score a reward function returned: a number, or a dict's ``score``.
+
+    Raises:
+        NotAScore: A dict without ``score``, text (``'1.0'`` is not read as a number: a
+            function that returns text returns something other than it means to), or a
+            value that is not a finite number.
+    """
+    value = result.get("score", _MISSING) if isinstance(result, dict) else result
+    if value is _MISSING:
+        raise NotAScore(f"returned a dict without 'score' (its keys: "
+                        f"{sorted(map(str, result))})")
+    if isinstance(value, str | bytes) or not (isinstance(value, numbers.Real)
+                                              or hasattr(value, "__float__")):
+        raise NotAScore(f"returned {type(value).__name__} {str(value)[:40]!r}, not a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:  # an array of several numbers
+        raise NotAScore(f"returned {type(value).__name__}, not one number: {exc}") from None
+    if not math.isfinite(number):
+        raise NotAScore(f"returned a score of {number}")
+    return number
+
+
+def failure(exc: BaseException) -> str:
+    """What went wrong in a reward, in one line: ``Type: message``, and the line that raised
+    where it is the reward's own."""
+    from rl_pipeline.rewards.isolation import RewardRaised, RewardTimeout, describe
+
+    if isinstance(exc, RewardRaised):  # from a worker: described there
+        return str(exc)
+    if isinstance(exc, RewardTimeout | NotAScore):  # ours: the line would say nothing
+        return f"{type(exc).__name__}: {exc}"
+    return describe(exc)
+
+
+class NotAScore(ValueError):
+    """A reward function returned something other than a finite number (or a dict with one
+    as ``score``)."""
+
+
+_MISSING = object()
+
+
+def _finite(value: Any) -> float:
+    """A dict result's part as a number; 0.0 for one that is missing or not finite."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 TERM = "term_"  # the prefix of a weighted term's part (its metric): term_<label>
@@ -402,7 +478,7 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
     strict = reward.strict if strict is None else strict
     overlong = OverlongPenalty(reward.overlong_buffer_len, reward.overlong_penalty_factor)
 
-    def contained(path: str | None, name: str,
+    def contained(path: str | None, name: str, parameter: str,
                   penalty: OverlongPenalty | None = None) -> SafeReward:
         if name == JUDGE and not path:
             # In this thread: the judge's own request timeout and retries bound it, and a
@@ -411,14 +487,15 @@ def build_reward(reward: RewardParams, strict: bool | None = None) -> Reward:
         if name == REGEX and not path:  # in this thread: the regex package's own time limit
             return SafeReward(RegexAnswer(reward.regex.pattern, reward.timeout_s), strict,
                               penalty)
-        return SafeReward(load_reward_function(path, name), strict, penalty,
+        return SafeReward(load_reward_function(path, name, parameter), strict, penalty,
                           source=(path, name), timeout_s=reward.timeout_s)
 
     if reward.terms:
-        return WeightedReward([(t.metric, t.weight, contained(t.path, t.name))
-                               for t in reward.terms], overlong)
+        return WeightedReward([(t.metric, t.weight, contained(t.path, t.name,
+                                                              f"reward.terms[{i}]"))
+                               for i, t in enumerate(reward.terms)], overlong)
     fn = reward.custom_reward_function
-    return contained(fn.path, fn.name, overlong)
+    return contained(fn.path, fn.name, "reward.custom_reward_function", overlong)
 
 
 async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
@@ -492,10 +569,21 @@ def load_reward_function_cached(path: str | None, name: str) -> RewardFunction:
 def _import_reward_module(path: str) -> Any:
     if path.startswith(PKG):
         return importlib.import_module(path[len(PKG):])
-    file = Path(path)
-    spec = importlib.util.spec_from_file_location(f"custom_reward_{file.stem}", file)
+    file = Path(path).resolve()
+    # Registered by a name of its own file, so that what crosses from a scorer process to
+    # its caller by pickle (an exception or a value of a class the file defines) finds its
+    # module on both sides; two files of one stem get two names.
+    digest = hashlib.sha256(str(file).encode()).hexdigest()[:8]
+    stem = re.sub(r"\W", "_", file.stem)
+    name = f"custom_reward_{stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
@@ -506,10 +594,20 @@ def _same_number(answer: str, truth: str) -> bool:
         return answer == truth
 
 
-def _check_signature(fn: Callable, path: str, name: str) -> None:
+def _check_callable(fn: Callable, path: str, name: str, parameter: str) -> None:
+    """Refuse what verl's reward loop could not call as a reward: another signature, a class
+    (calling it makes an object, not a score), a generator (it yields, never returns). An
+    ``async def`` function is awaited (:func:`rl_pipeline.rewards.isolation.run`)."""
+    where = f"{parameter}.name={name!r} in {path}"
+    if inspect.isclass(fn):
+        raise RewardFunctionError(f"{where} is a class; give a function (or an object whose "
+                                  "__call__ scores)")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise RewardFunctionError(f"{where} is a generator (it yields); a reward returns its "
+                                  "score")
     try:
         inspect.signature(fn).bind("source", "solution", "truth", None)
     except TypeError as exc:
         raise RewardFunctionError(
-            f"custom_reward_function {name} in {path} must accept (data_source, "
-            f"solution_str, ground_truth, extra_info=None): {exc}") from None
+            f"{where} must accept (data_source, solution_str, ground_truth, "
+            f"extra_info=None): {exc}") from None

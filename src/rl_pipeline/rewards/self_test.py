@@ -33,6 +33,7 @@ from rl_pipeline.rewards.scoring import (
     GSM8K_SOURCES,
     MATH_SOURCES,
     TERM,
+    failure,
     score_concurrently,
 )
 
@@ -343,8 +344,9 @@ def _scored(score: Callable[[dict[str, Any], str, dict[str, Any]], Any],
     try:
         result = score(row, response, facts)
         value = float(result.reward if hasattr(result, "reward") else result)
-    except Exception as exc:  # user code on arbitrary text: report it with the row
-        return 0.0, f"{type(exc).__name__}: {exc}"[:300], {}, None
+    # user code on arbitrary text: report it with the row (a sys.exit() in it too)
+    except (Exception, SystemExit) as exc:
+        return 0.0, failure(exc)[:300], {}, None
     terms = {k[len(TERM):]: v for k, v in getattr(result, "extra", {}).items()
              if k.startswith(TERM)}
     note = getattr(result, "note", None)

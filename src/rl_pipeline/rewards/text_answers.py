@@ -14,6 +14,9 @@ from collections.abc import Sequence
 _MARKER = re.compile(r"####|\banswer\s*(?:is)?\s*:|\banswer\s+is\b", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _LETTER = re.compile(r"(?<![A-Za-z])(?:\(([A-Za-z])\)|([A-Z]))(?![A-Za-z])")
+# After an answer marker, a lone letter of either case: "Answer: b", "b)", "b. Paris"; not
+# "a dog" (an article)
+_LEADING_LETTER = re.compile(r"\(?([A-Za-z])(?:\)|[.:,]|\s*$)")
 
 
 def final_answer(response: str) -> str:
@@ -41,9 +44,10 @@ def _final_answer(response: str) -> tuple[str, bool]:
 
 def normalize_answer(text: str) -> str:
     """Unicode NFKC, case-folded, punctuation removed (every Unicode P* character) except
-    what a number holds (a minus sign, and ``.``, ``/`` or ``:`` between digits),
-    whitespace collapsed: "The  Eiffel-Tower!" and "the eiffeltower" are the same, "-5" and
-    "5", or "3.5" and "35", are not."""
+    what a number holds (a minus sign, ``.`` before a digit where it starts a number or
+    follows one, ``/`` or ``:`` between digits), whitespace collapsed: "The  Eiffel-Tower!"
+    and "the eiffeltower" are the same, "-5" and "5", "3.5" and "35", or ".5" and "5", are
+    not."""
     text = unicodedata.normalize("NFKC", text).casefold()
     return " ".join("".join(c for i, c in enumerate(text)
                             if not unicodedata.category(c).startswith("P")
@@ -52,9 +56,12 @@ def normalize_answer(text: str) -> str:
 
 def _in_number(text: str, i: int) -> bool:
     after = text[i + 1:i + 2].isdigit()
-    if text[i] == "-":
-        return after
-    return text[i] in "./:" and after and text[i - 1:i].isdigit()
+    before = text[i - 1:i]
+    if text[i] == "-":  # -5, -.5
+        return after or (text[i + 1:i + 2] == "." and text[i + 2:i + 3].isdigit())
+    if text[i] == ".":  # 3.5, and .5 or -.5 (a number's start), not v.2
+        return after and (before.isdigit() or before in ("", "-") or before.isspace())
+    return text[i] in "/:" and after and before.isdigit()
 
 
 def _truths(ground_truth: str | Sequence[str] | None) -> list[str]:
@@ -79,9 +86,12 @@ def exact_match(data_source: str, solution_str: str, ground_truth: str | Sequenc
 def chosen_option(response: str) -> str | None:
     """The option letter the final answer picks: a standalone capital letter, or letter in
     parentheses, ("B", "(b)", "B)", "B. Paris"), upper-cased; None when there is none. After
-    an answer marker the first (``Answer: B, as I said``: B, not the I), on a last line
-    without one the last (``I think it is B``)."""
+    an answer marker the first (``Answer: B, as I said``: B, not the I), a lone lower-case
+    letter included (``Answer: b``, ``b) Paris``; not the article of ``a dog``); on a last
+    line without one the last (``I think it is B``)."""
     text, marked = _final_answer(response)
+    if marked and (lone := _LEADING_LETTER.match(text)):
+        return lone.group(1).upper()
     found = _LETTER.findall(text)
     if not found:
         return None
@@ -91,11 +101,12 @@ def chosen_option(response: str) -> str | None:
 
 def choice(data_source: str, solution_str: str, ground_truth: str | Sequence[str],
            extra_info: dict | None = None) -> float:
-    """A choice among options. A ground truth that is one letter (A-Z) is compared with the
-    letter the final answer picks (:func:`chosen_option`); a label ("positive", "spam") with
-    the final answer as :func:`exact_match` compares it."""
+    """A choice among options. A ground truth that is one letter (A-Z, either case) is
+    compared with the letter the final answer picks (:func:`chosen_option`); a label
+    ("positive", "spam", "Б") with the final answer as :func:`exact_match` compares it."""
     truths = _truths(ground_truth)
-    if all(len(t.strip()) == 1 and t.strip().isalpha() for t in truths):
+    if all(len(t.strip()) == 1 and t.strip().isascii() and t.strip().isalpha()
+           for t in truths):
         picked = chosen_option(solution_str)
         return 1.0 if picked is not None and picked in {t.strip().upper() for t in truths} \
             else 0.0
