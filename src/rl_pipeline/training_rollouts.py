@@ -12,6 +12,7 @@ trainer`, reading verl's TransferQueue). :func:`step_metrics` gives the numbers 
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_pipeline.rewards.form import has_no_reasoning, is_repetitive
+
+logger = logging.getLogger(__name__)
 
 # The train run's artifact holding the logged rollouts, one row each, with their step.
 TABLE = "train/rollouts.json"
@@ -110,5 +113,13 @@ def log_table(step: int, rollouts: Sequence[Rollout], limit: int) -> int:
     rows = table_rows(step, rollouts, limit)
     if not rows or mlflow.active_run() is None:
         return 0
-    mlflow.log_table(pd.DataFrame(rows), artifact_file=TABLE)
+    try:
+        mlflow.log_table(pd.DataFrame(rows), artifact_file=TABLE)
+    # The table is for reading, the training is the work: an artifact store that fails for a
+    # moment (log_table downloads the table so far and uploads it again) must not end a run
+    # hours in; the step's metrics are logged apart.
+    except Exception as exc:
+        logger.warning("step %d's rollouts were not added to the train run's table %s: %r "
+                       "(training goes on)", step, TABLE, exc)
+        return 0
     return len(rows)

@@ -149,6 +149,48 @@ def test_a_killed_run_resumes_exactly_where_it_stopped(tiny_model_dir, digit_rew
     assert steps.done == [3, 4]
 
 
+@pytest.mark.slow
+def test_a_run_resumed_between_two_generations_keeps_the_generation_schedule(
+        tiny_model_dir, digit_reward, tmp_path) -> None:
+    """num_iterations 3: completions are generated at steps 1 and 4 of a run never
+    interrupted. Resumed from checkpoint-2, step 3 must generate (its completions were not
+    saved) and step 4 again, as the whole run did; TRL's count of micro-steps restarted at
+    0 on resume, and step 4 reused step 3's completions."""
+    import shutil
+
+    settings = {"max_steps": 4, "save_steps": 2, "num_iterations": 3, "apply_lora": True,
+                "lora_rank": 4, "lora_alpha": 8, "learning_rate": 1e-3}
+    _train(tmp_path / "whole", tiny_model_dir, digit_reward, **settings)
+    # A step logs the rollouts' metrics only when its completions were generated (scored).
+    generated = sorted(_logged(tmp_path / "whole" / "checkpoints", PREFIX + "count"))
+    assert generated == [1, 4]
+    (tmp_path / "checkpoints").mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoints" / "checkpoint-2",
+                    tmp_path / "checkpoints" / "checkpoint-2")
+    summary, _, _ = _train(tmp_path, tiny_model_dir, digit_reward, **settings)
+    assert (summary["resumed_from_step"], summary["steps"]) == (2, 4)
+    assert sorted(_logged(tmp_path / "checkpoints", PREFIX + "count")) == [1, 3, 4]
+
+
+@pytest.mark.slow
+def test_weighted_terms_train_under_an_mlflow_run(tiny_model_dir, digit_reward_file,
+                                                  mlflow_store, tmp_path) -> None:
+    """TRL logs each reward function's time straight to the active MLflow run, named after
+    the function: a name of two terms must be one MLflow takes (a "+" ended the first
+    step)."""
+    import mlflow
+
+    reward = RewardParams.model_validate({"terms": [
+        {"name": "score", "path": str(digit_reward_file), "label": "digits"},
+        {"name": "well_formed", "weight": 0.1, "label": "format"}]})
+    with mlflow.start_run() as run:
+        trained = train_trl(TrlParams(**{**FAST, "max_steps": 1, "save_steps": 1}), reward,
+                         gsm8k_prompts(16), None, str(tiny_model_dir), tmp_path / "checkpoints")
+    assert trained.summary["steps"] == 1
+    logged = mlflow.get_run(run.info.run_id).data.metrics
+    assert "profiling/Time taken: GRPOTrainer.digits-format" in logged, sorted(logged)
+
+
 def _logged(checkpoints: Path, key: str) -> dict[int, float]:
     newest = max(checkpoints.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     state = json.loads((newest / "trainer_state.json").read_text())

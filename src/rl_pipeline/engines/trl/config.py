@@ -136,7 +136,9 @@ def grpo_config(params: TrlParams, output_dir: str, *, use_cpu: bool,
     # and TRL's generation config does not override it, so transformers-based rollouts would
     # recompute the whole sequence for every new token: 12x slower on SmolLM2 (213 s against
     # 18 s for 8 x 128 tokens on 2 cores). Generation only; training keeps the cache off.
-    generation = {"generation_kwargs": {"use_cache": True}}
+    # Not with vLLM: TRL hands generation_kwargs to vLLM's SamplingParams, which has no
+    # use_cache and raises TypeError at the first generation (vLLM caches anyway).
+    generation = {} if values.get("use_vllm") else {"generation_kwargs": {"use_cache": True}}
     return GRPOConfig(output_dir=output_dir, report_to=report_to,
                       **{**values, **device, **generation, **extra})
 

@@ -56,8 +56,10 @@ class TrlReward:
         self.stop_ids = {i for i in stop_ids if i is not None}
         self.cap = max_completion_length
         self.rollouts_per_step = rollouts_per_step
-        # TRL names its metrics after it (rewards/<name>/mean)
-        self.__name__ = "+".join(t.metric for t in reward.terms) if reward.terms else \
+        # TRL names its metrics after it (rewards/<name>/mean), and logs its time straight to
+        # MLflow ("profiling/Time taken: GRPOTrainer.<name>"), which refuses a "+" in a name:
+        # terms are joined with "-" (their labels are letters, digits and _).
+        self.__name__ = "-".join(t.metric for t in reward.terms) if reward.terms else \
             reward.custom_reward_function.name
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],

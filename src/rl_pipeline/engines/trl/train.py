@@ -77,6 +77,7 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     step_logger = StepLogger(first_step_forecast_s, log_lines=not bars)
+    schedule = GenerationSchedule()
     trainer = trainer_class(params.algorithm_adv_estimator)(
         model=model_path, args=config,
         reward_funcs=[TrlReward(reward, (tokenizer.eos_token_id, tokenizer.pad_token_id),
@@ -87,7 +88,8 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
         eval_dataset=(prompts_dataset(val_prompts) if config.do_eval and val_prompts is not None
                       else None),
         processing_class=tokenizer, peft_config=lora_config(params),
-        callbacks=[step_logger, *callbacks])
+        callbacks=[step_logger, schedule, *callbacks])
+    schedule.trainer = trainer
     trainer.remove_callback(MLflowCallback)
     trainer.remove_callback(PrinterCallback)
     resumed_from = 0
@@ -104,6 +106,28 @@ def train_trl(params: TrlParams, reward: RewardParams, train_prompts: pd.DataFra
                                      trainer.state.max_steps, resumed_from, seconds,
                                      output_dir, history),
                     history=history, checkpoints=output_dir)
+
+
+class GenerationSchedule(TrainerCallback):
+    """A resumed run generates on the schedule of one never interrupted.
+
+    GRPOTrainer generates a batch's completions once every ``steps_per_generation *
+    num_iterations`` micro-steps, counted by ``GRPOTrainer._step``, which a checkpoint does
+    not hold: resumed, it restarted at 0, so with ``num_iterations`` > 1 and a checkpoint
+    between two generations (``save_steps`` 100 against 3 iterations, the spec's defaults)
+    every later generation came at other steps, some batches optimised more often and
+    others less. The count is set back to the micro-steps done (``global_step`` times the
+    gradient accumulation) when training begins. The first step after the resume still
+    generates (the buffered completions were not saved); from the next cycle on, the steps
+    are the uninterrupted run's.
+    """
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.trainer is not None and state.global_step:
+            self.trainer._step = state.global_step * args.gradient_accumulation_steps
 
 
 def _check_resumable(checkpoint: Path, params: TrlParams) -> None:
