@@ -370,6 +370,39 @@ def test_a_reward_file_that_imports_slowly_is_imported_before_the_first_sample(
     assert reward.timeouts == 0
 
 
+# Scores 1.0 only when another sample is being scored at the same time: each waits up to
+# 20 s for the other's mark.
+MEETS = """
+import os, pathlib, time
+
+
+def score(data_source, solution_str, ground_truth, extra_info=None):
+    folder = pathlib.Path(ground_truth)
+    (folder / solution_str).touch()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if len(list(folder.iterdir())) >= 2:
+            return 1.0
+        time.sleep(0.01)
+    return 0.0
+"""
+
+
+def test_a_batch_is_scored_by_as_many_worker_processes_as_the_pool_has(tmp_path: Path) -> None:
+    """TRL's step and eval score a batch through score_batch: two samples in flight at once,
+    where the pool has two workers (they were scored one after another)."""
+    from rl_pipeline.rewards.isolation import workers
+
+    if workers() < 2:
+        pytest.skip("one core: the pool has one worker")
+    (tmp_path / "meets.py").write_text(MEETS)
+    (tmp_path / "marks").mkdir()
+    reward = build_reward(RewardParams(custom_reward_function={
+        "path": str(tmp_path / "meets.py"), "name": "score"}))
+    samples = [("s", name, str(tmp_path / "marks"), None) for name in ("a", "b")]
+    assert [s.reward for s in reward.score_batch(samples)] == [1.0, 1.0]
+
+
 def test_an_async_reward_is_awaited_and_a_generator_or_class_refused(tmp_path: Path) -> None:
     (tmp_path / "kinds.py").write_text(
         "import asyncio\n\n"

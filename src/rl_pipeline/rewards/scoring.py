@@ -13,6 +13,7 @@ import numbers
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -288,8 +289,15 @@ class SafeReward:
             register(*source)  # its workers import the file before their first sample
         self.errors = 0
         self.timeouts = 0
-        # Samples scored at once by score_batch: a judge's requests in flight, else one.
+        self._count = threading.Lock()  # score_batch's threads count together
+        # Samples scored at once by score_batch: a judge's requests in flight; in worker
+        # processes, as many as the pool has (TRL's step and eval scored one at a time,
+        # so a step's 64 sandboxed programs ran one after another beside idle workers); else one.
         self.concurrency = int(getattr(fn, "concurrency", 1))
+        if self.timeout_s is not None:
+            from rl_pipeline.rewards.isolation import workers
+
+            self.concurrency = max(self.concurrency, workers())
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: str,
                  extra_info: dict | None = None) -> float:
@@ -314,10 +322,12 @@ class SafeReward:
             if self.strict:
                 raise
             timed_out = isinstance(exc, RewardTimeout)
-            self.timeouts += timed_out
-            self.errors += not timed_out
+            with self._count:
+                self.timeouts += timed_out
+                self.errors += not timed_out
+                told = self.errors + self.timeouts <= 3
             what = failure(exc)
-            if self.errors + self.timeouts <= 3:
+            if told:
                 logger.warning("reward function %s %s; scoring 0 (reward.strict=true makes "
                                "this fatal)", getattr(self.fn, "__name__", self.fn),
                                exc if timed_out else f"raised {what}")
