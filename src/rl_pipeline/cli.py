@@ -53,7 +53,14 @@ from kedro.framework.cli.utils import _split_params as kedro_split_params
 from kedro.framework.cli.utils import split_string
 from omegaconf import OmegaConf
 
-from rl_pipeline.errors import TRACEBACK_HINT, show_tracebacks, user_error, user_message
+from rl_pipeline.errors import (
+    TRACEBACK_HINT,
+    Terminated,
+    show_tracebacks,
+    terminated,
+    user_error,
+    user_message,
+)
 from rl_pipeline.hooks import EXECUTION_ID_ENV
 from rl_pipeline.pipeline_registry import STAGES
 from rl_pipeline.plain_output import plain_output_off_a_terminal
@@ -95,14 +102,6 @@ class UserErrorExit(click.ClickException):
         click.secho(TRACEBACK_HINT, err=True)
 
 
-class Terminated(Exception):  # noqa: N818 (a stop, named as the signal's man page does)
-    """The process was asked to stop (SIGTERM, SIGHUP); raised where it was, as an error."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-
 def _raise_terminated(signum: int, frame: Any) -> None:
     signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
     raise Terminated(signum)
@@ -124,16 +123,6 @@ def _stops_raise() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _terminated(exc: BaseException | None) -> Terminated | None:
-    """The :class:`Terminated` behind ``exc`` (Kedro wraps what a save raised)."""
-    seen = 0
-    while exc is not None and seen < 20:
-        if isinstance(exc, Terminated):
-            return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
-
-
 def _run(**options: Any) -> dict[str, Any]:
     # What the user typed, for each stage's run (LineageHook's kedro_command tag): this
     # process's own command line, never one inherited from a parent, and not left behind.
@@ -150,7 +139,7 @@ def _run_reporting(**options: Any) -> dict[str, Any]:
         click.secho(f"rl_pipeline: {exc}", fg="yellow", err=True)
         raise SystemExit(LOCKED_EXIT_CODE) from None
     except Exception as exc:
-        if (stop := _terminated(exc)) is not None:
+        if (stop := terminated(exc)) is not None:
             click.secho(f"rl_pipeline: {stop}; the stage's MLflow run is marked FAILED",
                         fg="yellow", err=True)
             raise SystemExit(128 + stop.signum) from None

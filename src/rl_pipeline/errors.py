@@ -16,6 +16,7 @@ validation, a dataset that cannot find or read its file.
 from __future__ import annotations
 
 import os
+import signal
 
 TRACEBACK_ENV = "RL_PIPELINE_TRACEBACK"
 TRACEBACK_HINT = f"({TRACEBACK_ENV}=1 shows the traceback)"
@@ -24,6 +25,26 @@ TRACEBACK_HINT = f"({TRACEBACK_ENV}=1 shows the traceback)"
 class UserError(Exception):
     """A problem in what the user gave (a parameter, the data, a file, this machine), which the
     message names with what to change; its traceback would add nothing."""
+
+
+class Terminated(Exception):  # noqa: N818 (a stop, named as the signal's man page does)
+    """The process was asked to stop (SIGTERM, SIGHUP); raised where it was, as an error
+    (:mod:`rl_pipeline.cli` installs the handlers that raise it)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+def terminated(exc: BaseException | None) -> Terminated | None:
+    """The :class:`Terminated` behind ``exc`` (Kedro wraps what a save raised; Python wraps
+    what a handler raised inside a C call, Ray's ``ray.get``, in a SystemError)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, Terminated):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def _cause(exc: BaseException) -> BaseException | None:

@@ -17,6 +17,7 @@ from kedro.io import AbstractVersionedDataset, DatasetError
 from kedro_mlflow.framework.hooks import MlflowHook
 from pydantic import BaseModel
 
+from rl_pipeline.errors import terminated
 from rl_pipeline.model_registry.names import tag_value
 from rl_pipeline.params import (
     PARAMETER_GROUPS,
@@ -431,6 +432,7 @@ class LineageHook:
     @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
     def on_pipeline_error(self, error: Exception) -> None:
         if mlflow.active_run() is not None:
+            error = terminated(error) or error  # a stop, not what it interrupted
             mlflow.set_tag("error", tag_value(f"{type(error).__name__}: {error}"))
 
     def _tag_version(self, action: str, name: str, resolve: str) -> None:

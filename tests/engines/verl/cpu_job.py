@@ -8,13 +8,17 @@ and the settings; the summary (or the error) goes to ``<job>.out.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 
+from rl_pipeline.cli import _stops_raise
 from rl_pipeline.engines.verl.config import LaunchInputs, first_step_override
 from rl_pipeline.engines.verl.engine import train_verl
 from rl_pipeline.engines.verl.plan import plan_verl
+from rl_pipeline.errors import terminated
 from rl_pipeline.params import DataParams, RewardParams
 from rl_pipeline.params.verl import VerlParams
 
@@ -46,15 +50,31 @@ def main(job_file: str) -> None:
     plan = plan_verl(verl, DataParams(data_max_response_length=32), reward, inputs,
                      gpus_visible=0, training=True, train_rows=16)
     out = Path(job_file + ".out.json")
+    # As `kedro run` trains: SIGTERM and SIGHUP raise Terminated (rl_pipeline.cli)
+    stops = _stops_raise() if job.get("stops_raise") else contextlib.nullcontext()
     try:
-        forecast = job.get("first_step_forecast_s")
-        run = train_verl([*plan.overrides, *first_step_override(forecast)], job["run_id"],
-                         max_probs_diff=verl.rollout_max_probs_diff,
-                         min_probs_pearson=verl.rollout_min_probs_pearson)
+        with stops:
+            forecast = job.get("first_step_forecast_s")
+            try:
+                run = train_verl([*plan.overrides, *first_step_override(forecast)],
+                                 job["run_id"], max_probs_diff=verl.rollout_max_probs_diff,
+                                 min_probs_pearson=verl.rollout_min_probs_pearson)
+            finally:  # what train_verl left installed, before _stops_raise puts back its own
+                handlers = {s.name: _name(signal.getsignal(s))
+                            for s in (signal.SIGTERM, signal.SIGHUP)}
     except Exception as exc:  # the test reads what stopped it
-        out.write_text(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+        stop = terminated(exc)
+        out.write_text(json.dumps({"error": type(exc).__name__, "message": str(exc),
+                                   "terminated": str(stop) if stop else None,
+                                   "handlers": handlers}))
+        if stop is not None:
+            raise SystemExit(128 + stop.signum) from None
         raise
     out.write_text(json.dumps({"summary": run.summary, "history": run.history}, default=str))
+
+
+def _name(handler: object) -> str:
+    return getattr(handler, "__name__", None) or getattr(handler, "name", None) or str(handler)
 
 
 if __name__ == "__main__":

@@ -363,6 +363,33 @@ def test_a_rollout_without_the_trained_adapter_is_caught(cpu_bed) -> None:
 
 
 @pytest.mark.slow
+def test_sigterm_mid_training_ends_the_run_as_a_stop_not_an_abort(cpu_bed) -> None:
+    """A scheduler's stop (SIGTERM) while verl trains: the run ends through the CLI's
+    handler (Terminated, exit 143: kedro's hooks mark the MLflow run FAILED). verl's
+    ray.init had replaced it with Ray's, and Ray's core aborted the process (SIGABRT, the
+    run left RUNNING); Ray's handler also stayed for the stages after train."""
+    job, run_id = _job(cpu_bed, "stopped", cpu_bed["root"] / "stopped",
+                       total_training_steps=4)
+    data = json.loads(job.read_text())
+    job.write_text(json.dumps({**data, "stops_raise": True}))
+    process = _start(job)
+    client = _client(cpu_bed["tracking_uri"])
+    deadline = time.monotonic() + 600
+    while (process.poll() is None and time.monotonic() < deadline
+           and not client.get_metric_history(run_id, "actor/pg_loss")):
+        time.sleep(0.3)
+    assert process.poll() is None, Path(f"{job}.log").read_text()[-3000:]
+    os.kill(process.pid, signal.SIGTERM)  # the driver alone: Ray's processes are its children
+    assert process.wait(timeout=300) == 128 + signal.SIGTERM, \
+        Path(f"{job}.log").read_text()[-3000:]
+    result = json.loads(Path(f"{job}.out.json").read_text())
+    assert result["terminated"] == "stopped by SIGTERM", result
+    # The CLI's SIGHUP handler is back (Ray's would have stayed); SIGTERM's was set to the
+    # default by the CLI's handler as it raised, so that a second SIGTERM ends it at once.
+    assert result["handlers"] == {"SIGTERM": "SIG_DFL", "SIGHUP": "_raise_terminated"}
+
+
+@pytest.mark.slow
 def test_two_runs_of_one_seed_with_lora_dropout_train_alike(cpu_bed) -> None:
     """verl hands the trainer a step's samples as they finished, another order each run, and
     the actor's dropout masks fell on other samples: two runs parted at their first update.
