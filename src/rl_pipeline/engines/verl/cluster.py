@@ -23,6 +23,7 @@ import rl_pipeline
 from rl_pipeline.engines.problems import Problem
 from rl_pipeline.engines.verl.host import driver_problem, driver_version, free_gib
 from rl_pipeline.engines.verl.preflight import HF_ROLLOUT, Hardware
+from rl_pipeline.engines.verl.stop_signals import StopHandlers
 from rl_pipeline.rewards.scoring import PKG
 from rl_pipeline.tracking.stores import is_local_store, uri_credentials
 
@@ -173,10 +174,12 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
 
     unreachable = _unreachable(address)
     started = not ray.is_initialized()
+    handlers = StopHandlers()
     if started and not unreachable:
         try:
             ray.init(address=address, log_to_driver=False,
                      runtime_env={"py_modules": shipped_modules(reward)})
+            handlers.restore()  # Ray's SIGTERM handler aborts the stage (stop_signals)
         except ConnectionError as exc:
             unreachable = str(exc)
     if unreachable:
@@ -207,6 +210,7 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
     finally:
         if started:
             ray.shutdown()
+        handlers.restore()
     report["cluster"] = {"address": address, "checked": True, "gpus": total_gpus,
                          "cpus": total_cpus, "nodes": results}
     _log_nodes(address, results, hardware)

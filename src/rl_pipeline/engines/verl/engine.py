@@ -6,14 +6,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +47,7 @@ from rl_pipeline.engines.verl.plan import (
     step_work,
 )
 from rl_pipeline.engines.verl.rollout_check import check_rollout_policy, read_agreement
+from rl_pipeline.engines.verl.stop_signals import StopHandlers
 from rl_pipeline.errors import terminated
 
 logger = logging.getLogger(__name__)
@@ -170,54 +166,6 @@ def train_verl(overrides: list[str], run_id: str | None,
         summary["rollout_policy"] = check_rollout_policy(
             read_agreement(run_id), max_probs_diff, min_probs_pearson, str(checkpoints))
     return TrainRun(summary=summary, history=history, checkpoints=checkpoints)
-
-
-class StopHandlers:
-    """This process's SIGTERM and SIGHUP handlers, kept across verl's start of Ray.
-
-    ``run_ppo`` calls ``ray.init``, which installs Ray's own SIGTERM handler (``sys.exit``),
-    and Ray's core then aborts the process on SIGTERM: a scheduler's stop ended the stage
-    with SIGABRT and its MLflow run RUNNING, not as the handlers that ``kedro run`` installed
-    (:mod:`rl_pipeline.cli`) end it (exit 143, the run FAILED, "stopped by SIGTERM"), and
-    Ray's handler stayed after ``ray.shutdown`` for the merge and eval that follow. verl
-    starts Ray inside ``run_ppo`` and then waits in ``ray.get`` until training ends, so the
-    one moment to put ours back is as ``ray.init`` returns: :meth:`across_ray_init` wraps it
-    for the block, and :meth:`restore` puts them back after Ray is shut down.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        main = threading.current_thread() is threading.main_thread()
-        self.kept = {s: signal.getsignal(s) for s in self.SIGNALS} if main else {}
-
-    def restore(self) -> None:
-        """Ours back where another Python handler (Ray's) took its place. One set to the
-        default stays: the CLI's handler does that as it raises, so that a second signal
-        ends the process at once."""
-        for signum, handler in self.kept.items():
-            now = signal.getsignal(signum)
-            if handler is not None and callable(now) and now is not handler:
-                signal.signal(signum, handler)
-
-    @contextlib.contextmanager
-    def across_ray_init(self) -> Iterator[None]:
-        import ray
-
-        init = ray.init
-
-        @functools.wraps(init)
-        def init_keeping_handlers(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return init(*args, **kwargs)
-            finally:
-                self.restore()
-
-        ray.init = init_keeping_handlers
-        try:
-            yield
-        finally:
-            ray.init = init
 
 
 def _write_initial_adapter(config: Any) -> None:
