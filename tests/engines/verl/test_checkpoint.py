@@ -4,6 +4,7 @@ as a training result that merge takes without knowing verl."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,47 @@ def test_a_folder_without_its_record_is_refused_by_merge(tiny_model_dir, tmp_pat
                                                   "adapter_config.json"):
         merge_model(str(folder), str(tiny_model_dir), str(tmp_path), MergeParams(),
                     RegistryParams())
+
+
+def _steps(checkpoints: Path, complete: list[int], cut_short: list[int]) -> None:
+    """global_step_N folders as verl writes them: whole, or cut short before data.pt."""
+    for step in complete + cut_short:
+        actor = checkpoints / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "fsdp_config.json").write_text("{}")
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+        if step in complete:
+            (actor.parent / "data.pt").write_bytes(b"")
+
+
+@pytest.mark.parametrize("record", ["", "\x00\x00", "4\n"])
+def test_a_record_cut_short_is_rewritten_with_the_newest_complete_step(tmp_path, record,
+                                                                       caplog) -> None:
+    """verl writes its record of the newest step in place: after a power loss it can be
+    empty, and verl's resume raised ValueError on every rerun until it was deleted by hand."""
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    from rl_pipeline.engines.verl.checkpoint import LATEST, latest_step, repair_latest
+
+    _steps(tmp_path, complete=[2, 4], cut_short=[6])
+    (tmp_path / LATEST).write_text(record)
+    if record.strip().isdigit():
+        assert repair_latest(tmp_path) is None  # a readable record is left as it is
+        assert (tmp_path / LATEST).read_text() == record
+        return
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        find_latest_ckpt_path(str(tmp_path))
+    assert latest_step(tmp_path) == 4  # the forecast reads it before the repair
+    with caplog.at_level(logging.WARNING):
+        assert repair_latest(tmp_path) == 4
+    assert "rewritten to 4, the newest complete checkpoint" in caplog.text
+    assert find_latest_ckpt_path(str(tmp_path)) == str(tmp_path / "global_step_4")
+
+
+def test_a_record_cut_short_with_no_complete_checkpoint_is_removed(tmp_path) -> None:
+    from rl_pipeline.engines.verl.checkpoint import LATEST, latest_step, repair_latest
+
+    _steps(tmp_path, complete=[], cut_short=[2])
+    (tmp_path / LATEST).write_text("")
+    assert repair_latest(tmp_path) == 0
+    assert not (tmp_path / LATEST).exists() and latest_step(tmp_path) == 0

@@ -29,7 +29,7 @@ from rl_pipeline.engines.base import BAND_MAX, BAND_MIN, BAND_STD
 from rl_pipeline.engines.forecast import FIRST_STEP_METRIC
 from rl_pipeline.engines.problems import PreflightError
 from rl_pipeline.engines.verl.agreement import agreement_report
-from rl_pipeline.engines.verl.checkpoint import export_result
+from rl_pipeline.engines.verl.checkpoint import complete_steps, export_result
 from rl_pipeline.engines.verl.config import CPU_MODULE
 from rl_pipeline.engines.verl.plan import plan_verl
 from rl_pipeline.engines.verl.rollout_check import (
@@ -229,8 +229,9 @@ ONE_EPOCH = {"trainer_total_epochs": 1}
 
 @pytest.fixture(scope="module")
 def one_rank(cpu_bed) -> dict:
-    """A one-rank run SIGKILLed (verl's driver, its Ray, every actor) after step 2, then
-    resumed to its last step with a forecast its first step overruns."""
+    """A one-rank run SIGKILLed (verl's driver, its Ray, every actor) after step 2, its
+    record of the newest step emptied, then resumed to its last step with a forecast its
+    first step overruns."""
     uri = cpu_bed["tracking_uri"]
     checkpoints = cpu_bed["root"] / "ranks1"
     first, first_run = _job(cpu_bed, "killed", checkpoints, total_training_steps=STEPS,
@@ -245,8 +246,13 @@ def one_rank(cpu_bed) -> dict:
     assert process.poll() is None, Path(f"{first}.log").read_text()[-3000:]
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    killed_at = _newest(checkpoints)
-    assert KILLED_AFTER <= killed_at < STEPS
+    # The newest step saved whole (the kill may fall between a step's last file and verl's
+    # record of it, which then names the step before)
+    recorded, killed_at = _newest(checkpoints), complete_steps(checkpoints)[-1]
+    assert KILLED_AFTER <= recorded <= killed_at <= recorded + 1 and killed_at < STEPS
+    # As a power loss can leave it: verl writes this record in place (its resume raised
+    # ValueError on an empty one; the engine rewrites it from the newest complete step).
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("")
 
     # A forecast the first step will overrun: the warning, as a user on a busy machine sees it.
     second, second_run = _job(cpu_bed, "resumed", checkpoints, total_training_steps=STEPS,

@@ -71,9 +71,63 @@ def export_result(checkpoints: str | Path, scratch_dir: str | Path,
 
 def latest_step(checkpoints: str | Path) -> int:
     """The step of the newest checkpoint verl recorded in ``checkpoints`` (its
-    ``latest_checkpointed_iteration.txt``); 0 when there is none."""
+    ``latest_checkpointed_iteration.txt``); 0 when there is none. A record that does not
+    hold a step (:func:`repair_latest`) reads as the newest complete checkpoint."""
     marker = Path(checkpoints) / LATEST
-    return int(marker.read_text().strip()) if marker.is_file() else 0
+    if not marker.is_file():
+        return 0
+    text = marker.read_text(errors="replace").strip()
+    if text.isdigit():
+        return int(text)
+    complete = complete_steps(checkpoints)
+    return complete[-1] if complete else 0
+
+
+def complete_steps(checkpoints: str | Path) -> list[int]:
+    """The steps of ``checkpoints`` whose ``global_step_N`` verl finished writing, in order:
+    the actor's FSDP state and config, and the dataloader's state (``data.pt``, written
+    after the actor's and before the record of the newest step)."""
+    steps = []
+    for folder in Path(checkpoints).glob("global_step_*"):
+        step = folder.name.removeprefix("global_step_")
+        actor = folder / "actor"
+        if step.isdigit() and (folder / "data.pt").is_file() and \
+                (actor / "fsdp_config.json").is_file() and any(actor.glob("model_world_size_*")):
+            steps.append(int(step))
+    return sorted(steps)
+
+
+def repair_latest(checkpoints: str | Path) -> int | None:
+    """Rewrite verl's record of the newest step when it holds no step, and say so.
+
+    verl writes ``latest_checkpointed_iteration.txt`` in place, with neither a flush nor a
+    rename (``trainer_base.py``), so a power loss can leave it empty; verl's own resume then
+    raised ``ValueError: invalid literal for int()`` on every rerun until the file was
+    deleted by hand. It is rewritten (atomically) with the newest complete checkpoint's
+    step, or removed when there is none (the run trains from step 0).
+
+    Returns:
+        The step now recorded, 0 when the record was removed; None when it needed nothing.
+    """
+    from rl_pipeline.runs.staging import staged
+
+    marker = Path(checkpoints) / LATEST
+    if not marker.is_file():
+        return None
+    text = marker.read_text(errors="replace").strip()
+    if text.isdigit():
+        return None
+    complete = complete_steps(checkpoints)
+    if not complete:
+        marker.unlink()
+        logger.warning("%s held %r, not a step, and no checkpoint in %s is complete: removed; "
+                       "the run trains from step 0", marker, text[:40], checkpoints)
+        return 0
+    with staged(marker) as staging:
+        staging.write_text(str(complete[-1]))
+    logger.warning("%s held %r, not a step (a write cut short): rewritten to %d, the newest "
+                   "complete checkpoint in %s", marker, text[:40], complete[-1], checkpoints)
+    return complete[-1]
 
 
 def latest_actor_checkpoint(checkpoints: str | Path) -> Path | None:

@@ -23,7 +23,7 @@ from rl_pipeline.engines.base import (
     TrainRun,
     TrainSetup,
 )
-from rl_pipeline.engines.verl.checkpoint import export_result, latest_step
+from rl_pipeline.engines.verl.checkpoint import export_result, latest_step, repair_latest
 from rl_pipeline.engines.verl.config import (
     TRAINER_SETTINGS,
     LaunchInputs,
@@ -92,6 +92,8 @@ def train_verl(overrides: list[str], run_id: str | None,
     config = compose_verl_config([*overrides, *([run_id_override(run_id)] if run_id else []),
                                   *judge_overrides()])
     checkpoints = Path(config.trainer.default_local_dir)
+    if config.trainer.resume_mode == "auto":
+        repair_latest(checkpoints)  # verl's own resume raised on an empty record
     planned = planned_steps(config)
     resumed_from = latest_step(checkpoints) if config.trainer.resume_mode == "auto" else 0
     if config.trainer.resume_mode == "resume_path":
