@@ -145,3 +145,24 @@ def test_a_record_cut_short_with_no_complete_checkpoint_is_removed(tmp_path) -> 
     (tmp_path / LATEST).write_text("")
     assert repair_latest(tmp_path) == 0
     assert not (tmp_path / LATEST).exists() and latest_step(tmp_path) == 0
+
+
+def test_checkpoints_an_interrupted_run_left_beyond_the_kept_ones_are_deleted(tmp_path) -> None:
+    """verl deletes only what it saved in the same process: a run killed at step 2 and
+    resumed to step 10 with 2 kept left global_step_2's actor for good (a full model and
+    optimizer state each on a GPU)."""
+    from rl_pipeline.engines.verl.checkpoint import LATEST, drop_unkept
+
+    _steps(tmp_path, complete=[2, 8, 10], cut_short=[])
+    for step in (4, 6):  # what verl's own deletion left of the resumed run's older steps
+        (tmp_path / f"global_step_{step}").mkdir()
+        (tmp_path / f"global_step_{step}" / "data.pt").write_bytes(b"")
+    (tmp_path / LATEST).write_text("10")
+    assert drop_unkept(tmp_path, None) == [] and drop_unkept(tmp_path, 0) == []
+    assert drop_unkept(tmp_path, 2) == [2]
+    assert sorted(p.parent.name for p in tmp_path.glob("global_step_*/actor")) == [
+        "global_step_10", "global_step_8"]
+    assert (tmp_path / "global_step_2" / "data.pt").is_file()  # as verl's deletion leaves it
+    # The recorded newest is never deleted, even where keep would (a record behind a step).
+    (tmp_path / LATEST).write_text("8")
+    assert drop_unkept(tmp_path, 1) == []

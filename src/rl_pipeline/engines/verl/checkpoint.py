@@ -97,6 +97,36 @@ def complete_steps(checkpoints: str | Path) -> list[int]:
     return sorted(steps)
 
 
+def drop_unkept(checkpoints: str | Path, keep: int | None) -> list[int]:
+    """Delete the actor checkpoints beyond the newest ``keep`` (verl's
+    ``trainer.max_actor_ckpt_to_keep``) that verl left behind, never the recorded newest.
+
+    verl deletes only what it saved in the same process (``previous_saved_paths``), so each
+    interrupted run left its checkpoints for good: a full model and optimizer state each on
+    a GPU, beyond the disk the preflight planned for. Called after a run that succeeded;
+    verl's own deletion removes ``global_step_N/actor`` and keeps the small rest
+    (``data.pt``), and so does this.
+
+    Returns:
+        The steps whose actor checkpoints were deleted.
+    """
+    if not keep or keep <= 0:
+        return []
+    checkpoints = Path(checkpoints)
+    steps = sorted(int(f.name.removeprefix("global_step_"))
+                   for f in checkpoints.glob("global_step_*")
+                   if f.name.removeprefix("global_step_").isdigit() and (f / "actor").is_dir())
+    newest = latest_step(checkpoints)
+    dropped = [s for s in steps[:-keep] if s != newest]
+    for step in dropped:
+        shutil.rmtree(checkpoints / f"global_step_{step}" / "actor")
+    if dropped:
+        logger.info("Deleted the actor checkpoints of steps %s in %s, which an interrupted "
+                    "run left beyond trainer_max_actor_ckpt_to_keep=%d", dropped, checkpoints,
+                    keep)
+    return dropped
+
+
 def repair_latest(checkpoints: str | Path) -> int | None:
     """Rewrite verl's record of the newest step when it holds no step, and say so.
 

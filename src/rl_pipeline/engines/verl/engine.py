@@ -23,7 +23,12 @@ from rl_pipeline.engines.base import (
     TrainRun,
     TrainSetup,
 )
-from rl_pipeline.engines.verl.checkpoint import export_result, latest_step, repair_latest
+from rl_pipeline.engines.verl.checkpoint import (
+    drop_unkept,
+    export_result,
+    latest_step,
+    repair_latest,
+)
 from rl_pipeline.engines.verl.config import (
     TRAINER_SETTINGS,
     LaunchInputs,
@@ -153,6 +158,7 @@ def train_verl(overrides: list[str], run_id: str | None,
     summary.update(steps=latest_step(checkpoints),
                    seconds=round(time.perf_counter() - started, 1))
     check_step_count(checkpoints, planned, resumed_from)
+    drop_unkept(checkpoints, config.trainer.get("max_actor_ckpt_to_keep"))
     history = _reward_history(run_id) if run_id else []
     if run_id and summary["steps"] > resumed_from and not history:
         # verl's MLflow logger swallows its start-up errors (an unreachable tracking URI).
