@@ -139,3 +139,27 @@ def test_the_cleanup_never_deletes_an_identity_a_run_is_training_in(tmp_path) ->
     assert not folders[0].exists() and not (tmp_path / f".{folders[0].name}.lock").exists()
     with training_in(folders[1]):  # free again: taken
         assert folders[1].is_dir()
+
+
+def test_a_new_identity_says_what_differs_from_the_one_trained_last(tiny_model_dir,
+                                                                     tmp_path) -> None:
+    """A rerun with a changed parameter after an interruption trained from step 0, and only
+    verl's "Training from scratch" said so: now the stage names the change and the folder
+    of the run it did not continue."""
+    from rl_pipeline.engines.run_identity import claim, what_changed
+
+    root = tmp_path / "checkpoints"
+    earlier = _identity(tiny_model_dir, tmp_path, {})
+    claim(root / earlier.short, earlier, "run-1")
+    prompts = tmp_path / "train.parquet"
+    setup = TrainSetup(str(prompts), str(prompts), str(tiny_model_dir), str(tmp_path),
+                       TrainParams.model_validate({"engine": "trl", "trl": {"max_steps": 12}}),
+                       DataParams(), RewardParams())
+    now = run_identity(setup, "trl")
+    assert now.fingerprint != earlier.fingerprint
+    said = what_changed(root / now.short, now)
+    assert said.startswith(f"run identity {now.short} is new: it trains from step 0. The "
+                           f"identity trained last here, {earlier.short} (MLflow run run-1), "
+                           "differs in: train.trl.max_steps ")
+    assert "-> 12." in said and f"checkpoints in {root / earlier.short}" in said
+    assert what_changed(root / earlier.short, earlier) is None  # the only one there

@@ -164,6 +164,38 @@ def training_in(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def what_changed(folder: Path, identity: RunIdentity, shown: int = 6) -> str | None:
+    """For a run identity new to ``folder``'s root: the identity trained there last and
+    what differs from it, said as the inputs name it ("train.verl.total_training_steps 10 ->
+    12"); None when there is none. A changed parameter trains afresh from step 0 (a run of
+    the earlier identity, interrupted, is not continued), and verl's "Training from scratch"
+    alone did not say why."""
+    others = [p for p in folder.parent.iterdir() if p != folder
+              and (p / IDENTITY_FILE).is_file()] if folder.parent.is_dir() else []
+    if not others:
+        return None
+    last = max(others, key=lambda p: (p / IDENTITY_FILE).stat().st_mtime)
+    earlier = read_object(last / IDENTITY_FILE)
+    before, now = _flat(earlier.get("inputs", {})), _flat(identity.inputs)
+    changed = [f"{key} {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+               for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key)]
+    more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
+    return (f"run identity {identity.short} is new: it trains from step 0. The identity "
+            f"trained last here, {last.name} (MLflow run {previous_run_id(earlier)}), "
+            f"differs in: {'; '.join(changed[:shown]) or 'nothing recorded'}{more}. To continue "
+            "that run instead, rerun with its settings, or set train.resume to one of its "
+            f"checkpoints in {last}")
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, inner in value.items():
+        flat.update(_flat(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
 def previous_run_id(before: dict[str, Any]) -> str | None:
     """The MLflow run that last trained in an identity folder, from its identity file."""
     return next((r["mlflow_run_id"] for r in reversed(before.get("runs", []))

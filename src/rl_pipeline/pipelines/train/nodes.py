@@ -30,6 +30,7 @@ from rl_pipeline.engines.run_identity import (
     previous_run_id,
     prune,
     training_in,
+    what_changed,
 )
 from rl_pipeline.params import DataParams, EvalParams, RewardParams
 from rl_pipeline.params.train import TrainParams
@@ -89,6 +90,8 @@ def _train_in(folder: Path, plan: dict[str, Any], setup: Any, identity: Any,
               reward: RewardParams) -> tuple[str, dict[str, Any], Metrics, Figure]:
     """:func:`train_model`'s work, with the identity's lock held."""
     name = plan["engine"]
+    if not folder.exists() and (changed := what_changed(folder, identity)):
+        logger.info("%s", changed)
     if train.resume == "never" and folder.exists():
         logger.info("train.resume=never: discarding the checkpoints in %s", folder)
         shutil.rmtree(folder)
