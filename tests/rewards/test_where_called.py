@@ -388,19 +388,36 @@ def score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
+# In a process of its own, on every core: the suite pins each of its workers to one.
+BATCH = """
+import os, sys
+os.sched_setaffinity(0, range(os.cpu_count()))
+from rl_pipeline.params import RewardParams
+from rl_pipeline.rewards import build_reward
+from rl_pipeline.rewards.isolation import workers
+
+folder = sys.argv[1]
+reward = build_reward(RewardParams(custom_reward_function={
+    "path": os.path.join(folder, "meets.py"), "name": "score"}))
+samples = [("s", name, os.path.join(folder, "marks"), None) for name in ("a", "b")]
+print("SCORES", workers(), [s.reward for s in reward.score_batch(samples)])
+"""
+
+
+@pytest.mark.slow
 def test_a_batch_is_scored_by_as_many_worker_processes_as_the_pool_has(tmp_path: Path) -> None:
     """TRL's step and eval score a batch through score_batch: two samples in flight at once,
     where the pool has two workers (they were scored one after another)."""
-    from rl_pipeline.rewards.isolation import workers
-
-    if workers() < 2:
+    if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: the pool has one worker")
     (tmp_path / "meets.py").write_text(MEETS)
     (tmp_path / "marks").mkdir()
-    reward = build_reward(RewardParams(custom_reward_function={
-        "path": str(tmp_path / "meets.py"), "name": "score"}))
-    samples = [("s", name, str(tmp_path / "marks"), None) for name in ("a", "b")]
-    assert [s.reward for s in reward.score_batch(samples)] == [1.0, 1.0]
+    done = subprocess.run([sys.executable, "-c", BATCH, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("SCORES")), None)
+    assert line is not None, done.stderr[-3000:]
+    pool, scores = line.split(" ", 2)[1:]
+    assert int(pool) >= 2 and scores == "[1.0, 1.0]", line
 
 
 def test_an_async_reward_is_awaited_and_a_generator_or_class_refused(tmp_path: Path) -> None:
