@@ -65,6 +65,8 @@ def test_exact_match(response: str, truth, score: float) -> None:
     # A lone lower-case letter after a marker (each was None, or the I); not an article.
     ("Answer: b", "B"), ("Answer: b) Paris", "B"), ("Answer: (c)", "C"),
     ("Answer: b, as I said", "B"), ("Answer: a dog", None),
+    # An abbreviation is not an option letter (a point must end the letter's word)
+    ("Answer: i.e. B", "B"), ("The answer is e.g. (C)", "C"),
 ])
 def test_the_option_picked_is_the_first_letter_after_a_marker_else_the_last(
         response: str, picked: str | None) -> None:

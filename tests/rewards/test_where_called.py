@@ -55,6 +55,7 @@ SETTINGS = {"regex": {"regex": {"pattern": r"Label:\s*(?P<answer>\w+)",
 # A reward of two weighted terms: correctness and a small format credit.
 TERMS = {"terms": [{"name": "compute_score", "label": "correct"},
                    {"name": "well_formed", "weight": 0.1, "label": "format"}]}
+SCORE_ONE = "def score(*args, **kwargs):\n    return 1.0\n"
 HANG = """
 def score(data_source, solution_str, ground_truth, extra_info=None):
     while "hang" in solution_str:
@@ -418,6 +419,30 @@ def test_a_batch_is_scored_by_as_many_worker_processes_as_the_pool_has(tmp_path:
     assert line is not None, done.stderr[-3000:]
     pool, scores = line.split(" ", 2)[1:]
     assert int(pool) >= 2 and scores == "[1.0, 1.0]", line
+
+
+def test_a_pool_replaced_for_a_new_reward_file_stops(tmp_path: Path) -> None:
+    """Each reward file new to a process replaces its scorer pool (the new workers import
+    it before their first sample); the old pool's workers end with it, not at exit."""
+    import psutil
+
+    from rl_pipeline.rewards.isolation import workers
+
+    def scored(i: int) -> float:
+        (tmp_path / f"r{i}.py").write_text(SCORE_ONE)
+        return build_reward(RewardParams(custom_reward_function={
+            "path": str(tmp_path / f"r{i}.py"), "name": "score"})).score("s", "x", "1").reward
+
+    def processes() -> int:
+        return len(psutil.Process().children(recursive=True))
+
+    before = processes()  # what earlier tests of this process left (a pool of theirs)
+    assert [scored(i) for i in range(4)] == [1.0] * 4
+    # At most one pool's workers more, and the forkserver and resource tracker behind them
+    deadline = time.monotonic() + 30
+    while processes() > before + workers() + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes() <= before + workers() + 2
 
 
 def test_an_async_reward_is_awaited_and_a_generator_or_class_refused(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def what_changed(folder: Path, identity: RunIdentity, shown: int = 6) -> str | N
     last = max(others, key=lambda p: (p / IDENTITY_FILE).stat().st_mtime)
     earlier = read_object(last / IDENTITY_FILE)
     before, now = _flat(earlier.get("inputs", {})), _flat(identity.inputs)
-    changed = [f"{key} {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+    changed = [f"{key} {_shown(before, key)} -> {_shown(now, key)}"
                for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key)]
     more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
     return (f"run identity {identity.short} is new: it trains from step 0. The identity "
@@ -185,6 +185,10 @@ def what_changed(folder: Path, identity: RunIdentity, shown: int = 6) -> str | N
             f"differs in: {'; '.join(changed[:shown]) or 'nothing recorded'}{more}. To continue "
             "that run instead, rerun with its settings, or set train.resume to one of its "
             f"checkpoints in {last}")
+
+
+def _shown(inputs: dict[str, Any], key: str) -> str:
+    return repr(inputs[key]) if key in inputs else "(unset)"
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

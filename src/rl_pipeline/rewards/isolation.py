@@ -91,7 +91,10 @@ def _pool() -> Any:
         pool = _pools.get(pid)
         sources = frozenset(_sources)
         if pool is not None and pool.active and not sources <= _preloaded[pid]:
-            pool.close()  # its pending samples finish; new ones go to the new pool
+            # Its pending samples finish, then it stops (a closed pebble pool keeps its
+            # workers until joined); new samples go to the new pool.
+            pool.close()
+            threading.Thread(target=pool.join, daemon=True).start()
             pool = None
         if pool is None or not pool.active:
             context = multiprocessing.get_context("forkserver")
@@ -116,9 +119,10 @@ def _preload(sources: list[tuple[str, str]]) -> None:
     signal.alarm(IMPORT_LIMIT_S)
     try:
         for path, name in sources:
-            load_reward_function_cached(path, name)
-    except (Exception, SystemExit):
-        load_reward_function_cached.cache_clear()
+            try:  # each on its own: one that fails leaves the others preloaded
+                load_reward_function_cached(path, name)
+            except (Exception, SystemExit):
+                continue
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

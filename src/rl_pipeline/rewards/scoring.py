@@ -246,7 +246,7 @@ class Scored:
     overlong_penalty: float = 0.0
     error: str | None = None  # what the function raised, or returned instead of a score
     timed_out: bool = False  # ran past reward.timeout_s (error says so too)
-    extra: dict[str, float] = field(default_factory=dict)  # a dict result's other numbers
+    extra: dict[str, float] = field(default_factory=dict)  # the parts beyond PARTS (extra_names)
     pred: str | None = None  # a dict result's extracted answer (verl votes on it: maj@N)
     note: str | None = None  # a dict result's remark, e.g. the judge's reply
 
@@ -353,7 +353,8 @@ class SafeReward:
 
     def score_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """:meth:`score` of each sample, in order; ``concurrency`` at once (a judge's
-        requests overlap; other rewards score one by one)."""
+        requests overlap; a reward in worker processes keeps each of its pool's workers busy;
+        one in this thread scores one by one)."""
         return score_concurrently(self.score, samples, self.concurrency)
 
 
@@ -524,8 +525,7 @@ async def verl_reward(data_source: str, solution_str: str, ground_truth: str,
 
     It is a coroutine: verl's reward loop awaits it for all of a batch's samples at once, and
     it scores on a thread pool of the reward's own ``concurrency`` (a judge's requests in
-    flight; :func:`os.cpu_count` threads for other rewards, which run in worker processes
-    under ``reward.timeout_s`` anyway).
+    flight, a worker pool's workers; :func:`os.cpu_count` threads otherwise).
 
     Returns:
         ``score`` (the reward) and the reward's parts (:meth:`Scored.parts`), which verl

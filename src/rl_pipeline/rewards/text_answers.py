@@ -15,8 +15,8 @@ _MARKER = re.compile(r"####|\banswer\s*(?:is)?\s*:|\banswer\s+is\b", re.IGNORECA
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _LETTER = re.compile(r"(?<![A-Za-z])(?:\(([A-Za-z])\)|([A-Z]))(?![A-Za-z])")
 # After an answer marker, a lone letter of either case: "Answer: b", "b)", "b. Paris"; not
-# "a dog" (an article)
-_LEADING_LETTER = re.compile(r"\(?([A-Za-z])(?:\)|[.:,]|\s*$)")
+# "a dog" (an article), nor "i.e. B" or "e.g. (C)" (a point must end the letter's word)
+_LEADING_LETTER = re.compile(r"\(?([A-Za-z])(?:\)|[.:,](?=\s|$)|\s*$)")
 
 
 def final_answer(response: str) -> str:

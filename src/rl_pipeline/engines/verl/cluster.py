@@ -179,9 +179,10 @@ def check_nodes(address: str, hardware: Hardware, paths: WorkerPaths, reward: Re
         try:
             ray.init(address=address, log_to_driver=False,
                      runtime_env={"py_modules": shipped_modules(reward)})
-            handlers.restore()  # Ray's SIGTERM handler aborts the stage (stop_signals)
         except ConnectionError as exc:
             unreachable = str(exc)
+        finally:  # ray.init installs Ray's SIGTERM handler first, even where it then fails
+            handlers.restore()
     if unreachable:
         report["cluster"] = {"address": address, "checked": False, "reason": unreachable}
         if training:

@@ -90,7 +90,9 @@ def _train_in(folder: Path, plan: dict[str, Any], setup: Any, identity: Any,
               reward: RewardParams) -> tuple[str, dict[str, Any], Metrics, Figure]:
     """:func:`train_model`'s work, with the identity's lock held."""
     name = plan["engine"]
-    if not folder.exists() and (changed := what_changed(folder, identity)):
+    # (a checkpoint given as train.resume starts a new identity on purpose)
+    if train.resume == "auto" and not folder.exists() and \
+            (changed := what_changed(folder, identity)):
         logger.info("%s", changed)
     if train.resume == "never" and folder.exists():
         logger.info("train.resume=never: discarding the checkpoints in %s", folder)
