@@ -14,6 +14,7 @@ import pytest
 from rl_pipeline.params import RewardParams
 from rl_pipeline.rewards import build_reward
 from rl_pipeline.rewards.sandbox import (
+    SANDBOX_UIDS,
     SandboxLimits,
     code_tests,
     program_from_response,
@@ -103,12 +104,45 @@ def test_the_program_is_the_last_fenced_block() -> None:
     assert program_from_response("x = 1") == "x = 1"
 
 
-def test_it_runs_as_nobody_in_an_empty_root() -> None:
+def _sandbox_user(uid: int) -> bool:
+    first, size = SANDBOX_UIDS
+    return first <= uid < first + size
+
+
+def _sandbox_processes() -> list[str]:
+    """Processes running as a sandbox's user, zombies included."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid = next(int(line.split()[1]) for line in status.read_text().splitlines()
+                       if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if _sandbox_user(uid):
+            found.append(status.parent.name)
+    return found
+
+
+def test_it_runs_as_a_user_of_its_own_in_an_empty_root() -> None:
     result = run_python("import os\nprint(os.getuid(), sorted(os.listdir('/')), os.getcwd())")
     uid, *_ = result.stdout.split()
     assert result.passed and result.stdout.rstrip().endswith("/scratch")
     assert "work" not in result.stdout and "root" not in result.stdout.split("]")[0]
-    assert uid in ("65534", "0")  # nobody; 0 where only a user namespace is possible
+    assert _sandbox_user(int(uid)) or uid == "0"  # 0 where only a user namespace is possible
+
+
+def test_programs_at_once_each_have_their_own_process_limit() -> None:
+    """verl's reward loop (and TRL's step, eval) score samples at once. As nobody, every
+    sandbox's processes counted against one limit of 4: a right program that started
+    beside others failed to start and scored 0 (2 of 4, 6 of 8)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if run_python("import os\nprint(os.getuid())").stdout.strip() == "0":
+        pytest.skip("a user namespace: the limit counts the calling user's processes")
+    program = "```python\nimport time\ndef add(a, b):\n    time.sleep(1)\n    return a + b\n```"
+    with ThreadPoolExecutor(8) as pool:
+        scores = list(pool.map(lambda _: code_tests("code_tests", program, TESTS), range(8)))
+    assert scores == [1.0] * 8
 
 
 def _server() -> tuple[socket.socket, list]:
@@ -158,7 +192,6 @@ def test_hostile_programs_are_contained_and_score_zero(tmp_path: Path) -> None:
     assert results["infinite_loop"].timed_out or results["infinite_loop"].returncode != 0
     assert results["infinite_loop"].seconds < 6
     assert results["fork_bomb"].seconds < 6
-    # Nothing of theirs runs on: no process of nobody is left (not even a zombie).
-    left = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout
-    assert left.strip() == ""
+    # Nothing of theirs runs on: no process of a sandbox's user is left (not even a zombie).
+    assert _sandbox_processes() == []
     server.close()

@@ -14,7 +14,8 @@ the machines this project is built for, and ``unshare`` does the same in a few l
   project, the home folders, ``/tmp`` and every other file of the host are not there;
 - a PID namespace (the program cannot see or signal the host's processes; killing its first
   process ends all of them);
-- the program itself runs as ``nobody`` with no capabilities and ``no_new_privs``
+- the program itself runs as a user id of its own (:data:`SANDBOX_UIDS`) with no
+  capabilities and ``no_new_privs``
   (``setpriv``), under resource limits (``prlimit``): address space per process, CPU
   seconds, processes (a fork bomb hits the limit; 4 processes of 512 MB: 2 GB at most), file
   size, its output included (it goes to files, so a program that prints without end costs
@@ -28,6 +29,7 @@ root mapped to the calling user, and the process limit counts that user's proces
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -39,6 +41,12 @@ from pathlib import Path
 
 PYTHON = "/usr/bin/python3"  # the system's, not the project's: stdlib only, from /usr
 NOBODY = 65534
+# With root, each program runs as a user id of its own from this range, no account's
+# (RLIMIT_NPROC counts a user's processes: as nobody, four sandboxes at once shared one
+# count of 4, and a correct program that started beside others failed to start, scoring 0:
+# 2 of 4 at once, 6 of 8).
+SANDBOX_UIDS = (1_000_000_000, 1 << 30)  # (first, how many)
+_uids = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class SandboxResult:
 
 
 # Run by unshare's new namespaces (as root there) before the program: the new root, then
-# the program as nobody. $1: the new root (an empty folder), $2: the scratch folder's files.
+# the program as its own user. $1: the new root (an empty folder), $2: the scratch folder's files.
 _SETUP = textwrap.dedent("""\
     set -eu
     new=$1; files=$2; shift 2
@@ -96,12 +104,21 @@ def _prefix() -> tuple[list[str], list[str]]:
     """(unshare's arguments, how the program drops privileges) for this machine."""
     namespaces = ["--mount", "--net", "--pid", "--fork", "--kill-child"]
     if os.geteuid() == 0:
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+        uid = _sandbox_uid()
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={NOBODY}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         return ["unshare", *namespaces], drop
     # No root: a user namespace, where only our own uid is mapped (to root there).
     return ["unshare", "--user", "--map-root-user", *namespaces], [
         "setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+
+
+def _sandbox_uid() -> int:
+    """A user id for one program: this process's id and a count, spread over
+    :data:`SANDBOX_UIDS`, so that programs running at once, from this process or another,
+    have process counts of their own."""
+    first, size = SANDBOX_UIDS
+    return first + ((os.getpid() << 12) + next(_uids) % 4096) % size
 
 
 def sandbox_problem() -> str | None:
