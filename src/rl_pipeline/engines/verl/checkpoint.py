@@ -73,28 +73,36 @@ def latest_step(checkpoints: str | Path) -> int:
     """The step of the newest checkpoint verl recorded in ``checkpoints`` (its
     ``latest_checkpointed_iteration.txt``); 0 when there is none. A record that does not
     hold a step (:func:`repair_latest`) reads as the newest complete checkpoint."""
-    marker = Path(checkpoints) / LATEST
-    if not marker.is_file():
+    text = _record(checkpoints)
+    if text is None:
         return 0
-    text = marker.read_text(errors="replace").strip()
     if text.isdigit():
         return int(text)
     complete = complete_steps(checkpoints)
     return complete[-1] if complete else 0
 
 
+def _record(checkpoints: str | Path) -> str | None:
+    """What verl's record of the newest step holds, stripped; None when there is none."""
+    marker = Path(checkpoints) / LATEST
+    return marker.read_text(errors="replace").strip() if marker.is_file() else None
+
+
+def _step_folders(checkpoints: str | Path) -> dict[int, Path]:
+    """``checkpoints``' ``global_step_N`` folders by step, in step order."""
+    folders = {int(f.name.removeprefix("global_step_")): f
+               for f in Path(checkpoints).glob("global_step_*")
+               if f.name.removeprefix("global_step_").isdigit()}
+    return dict(sorted(folders.items()))
+
+
 def complete_steps(checkpoints: str | Path) -> list[int]:
     """The steps of ``checkpoints`` whose ``global_step_N`` verl finished writing, in order:
     the actor's FSDP state and config, and the dataloader's state (``data.pt``, written
     after the actor's and before the record of the newest step)."""
-    steps = []
-    for folder in Path(checkpoints).glob("global_step_*"):
-        step = folder.name.removeprefix("global_step_")
-        actor = folder / "actor"
-        if step.isdigit() and (folder / "data.pt").is_file() and \
-                (actor / "fsdp_config.json").is_file() and any(actor.glob("model_world_size_*")):
-            steps.append(int(step))
-    return sorted(steps)
+    return [step for step, folder in _step_folders(checkpoints).items()
+            if (folder / "data.pt").is_file() and (folder / "actor/fsdp_config.json").is_file()
+            and any((folder / "actor").glob("model_world_size_*"))]
 
 
 def drop_unkept(checkpoints: str | Path, keep: int | None) -> list[int]:
@@ -112,14 +120,12 @@ def drop_unkept(checkpoints: str | Path, keep: int | None) -> list[int]:
     """
     if not keep or keep <= 0:
         return []
-    checkpoints = Path(checkpoints)
-    steps = sorted(int(f.name.removeprefix("global_step_"))
-                   for f in checkpoints.glob("global_step_*")
-                   if f.name.removeprefix("global_step_").isdigit() and (f / "actor").is_dir())
+    actors = {step: folder / "actor" for step, folder in _step_folders(checkpoints).items()
+              if (folder / "actor").is_dir()}
     newest = latest_step(checkpoints)
-    dropped = [s for s in steps[:-keep] if s != newest]
+    dropped = [s for s in list(actors)[:-keep] if s != newest]
     for step in dropped:
-        shutil.rmtree(checkpoints / f"global_step_{step}" / "actor")
+        shutil.rmtree(actors[step])
     if dropped:
         logger.info("Deleted the actor checkpoints of steps %s in %s, which an interrupted "
                     "run left beyond trainer_max_actor_ckpt_to_keep=%d", dropped, checkpoints,
@@ -142,10 +148,8 @@ def repair_latest(checkpoints: str | Path) -> int | None:
     from rl_pipeline.runs.staging import staged
 
     marker = Path(checkpoints) / LATEST
-    if not marker.is_file():
-        return None
-    text = marker.read_text(errors="replace").strip()
-    if text.isdigit():
+    text = _record(checkpoints)
+    if text is None or text.isdigit():
         return None
     complete = complete_steps(checkpoints)
     if not complete:
